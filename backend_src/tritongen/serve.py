@@ -1,0 +1,265 @@
+"""Start the tritonserver bundled with nvidia-pytriton on a model repository.
+
+Why this file exists: Triton normally runs in NGC's container. On a plain
+machine we reuse the tritonserver binary, python backend and per-version
+stubs that the ``nvidia-pytriton`` wheel ships (see DESIGN.md section 6).
+Three things make that work, and this module does exactly those:
+
+1. The python backend launches ``triton_python_backend_stub`` from its own
+   backend folder. pytriton ships one stub per Python version elsewhere, so we
+   copy the one for *this* interpreter into ``backends/python/``. Its RPATH,
+   ``$ORIGIN/../../../../nvidia_pytriton.libs``, resolves from there too.
+2. The stub embeds Python: ``libpython3.X.so.1.0`` must be the one of this
+   interpreter (not a distribution copy of another patch release), so its
+   ``LIBDIR`` goes first on ``LD_LIBRARY_PATH``; and the embedded interpreter
+   locates its prefix by finding ``python3`` on ``PATH``, so the venv's
+   ``bin`` goes first there and ``model.py`` imports the venv's packages.
+3. Only the named models are loaded (``--model-control-mode=explicit``): the
+   bundled server has no onnxruntime backend.
+
+Use it as ``python -m tritongen.serve`` or via :class:`TritonServer`.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import filecmp
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
+PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _site_dir() -> Path:
+    """site-packages holding pytriton; found without importing pytriton (slow, pulls in its client)."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("nvidia-pytriton is not installed in this interpreter")
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+def triton_dir() -> Path:
+    return _site_dir() / "pytriton" / "tritonserver"
+
+
+def backend_dir() -> Path:
+    """The folder passed as --backend-directory (holds python/ with the stub once installed)."""
+    return triton_dir() / "backends"
+
+
+def libs_dir() -> Path:
+    return _site_dir() / "nvidia_pytriton.libs"
+
+
+def install_stub() -> Path:
+    """Copy this interpreter's python-backend stub into backends/python/; idempotent.
+
+    Copies to a temporary name then renames, so concurrent starts (parallel
+    tests) never see a half-written executable.
+    """
+    src = triton_dir() / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub"
+    dst = backend_dir() / "python" / "triton_python_backend_stub"
+    if not src.is_file():
+        raise RuntimeError(f"pytriton ships no python backend stub for Python {PY_VERSION}: {src}")
+    if dst.is_file() and os.access(dst, os.X_OK) and filecmp.cmp(src, dst, shallow=False):
+        return dst
+    tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")
+    shutil.copy2(src, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, dst)
+    return dst
+
+
+def server_env(base: dict | None = None) -> dict:
+    """Environment for tritonserver: venv bin first on PATH, our libpython and pytriton libs loadable."""
+    env = dict(os.environ if base is None else base)
+    venv_bin = Path(sys.prefix) / "bin"  # sys.prefix is the venv; do not resolve the python symlink
+    env["PATH"] = os.pathsep.join([str(venv_bin), env.get("PATH", os.defpath)])
+    libs = [sysconfig.get_config_var("LIBDIR") or "", str(libs_dir()), env.get("LD_LIBRARY_PATH", "")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in libs if p)
+    env.pop("PYTHONHOME", None)  # would override the prefix the stub finds via PATH
+    return env
+
+
+def free_port() -> int:
+    """A port free right now (the kernel's pick); tiny race window, fine for tests and dev."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the launching process dies, so no server outlives a killed test run."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class TritonServer:
+    """One tritonserver process on a model repository, loading only ``models``.
+
+    Ports of 0 are replaced by free ones. Output goes to ``log_file`` (a temp
+    file if None); errors quote its tail. Use as a context manager, or call
+    :meth:`start` / :meth:`stop`.
+    """
+
+    def __init__(self, model_repository: str | os.PathLike = DEFAULT_MODEL_REPOSITORY,
+                 models: list[str] | tuple[str, ...] = ("generator",), http_port: int = 8000,
+                 grpc_port: int = 8001, metrics_port: int = 8002,
+                 log_file: str | os.PathLike | None = None, extra_args: list[str] | tuple[str, ...] = ()):
+        self.model_repository = Path(model_repository).resolve()
+        self.models = list(models)
+        self.http_port = http_port or free_port()
+        self.grpc_port = grpc_port or free_port()
+        self.metrics_port = metrics_port or free_port()
+        if log_file is None:
+            fd, log_file = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
+            os.close(fd)
+        self.log_file = Path(log_file)
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen | None = None
+
+    url_http = property(lambda self: f"http://127.0.0.1:{self.http_port}")
+    url_grpc = property(lambda self: f"127.0.0.1:{self.grpc_port}")  # tritonclient.grpc wants host:port
+    url_metrics = property(lambda self: f"http://127.0.0.1:{self.metrics_port}/metrics")
+
+    def command(self) -> list[str]:
+        cmd = [str(triton_dir() / "bin" / "tritonserver"),
+               f"--model-repository={self.model_repository}",
+               "--model-control-mode=explicit",
+               f"--backend-directory={backend_dir()}",
+               f"--http-port={self.http_port}",
+               f"--grpc-port={self.grpc_port}",
+               f"--metrics-port={self.metrics_port}"]
+        cmd += [f"--load-model={m}" for m in self.models]
+        return cmd + self.extra_args
+
+    def log_tail(self, lines: int = 30) -> str:
+        """Last log lines, minus Triton's very wide startup tables (they push the actual error out)."""
+        try:
+            text = self.log_file.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join([ln for ln in text if ln.strip() and ln[:1] not in "+|"][-lines:])
+
+    def _ok(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(self.url_http + path, timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def is_ready(self) -> bool:
+        return self._ok("/v2/health/ready") and all(self._ok(f"/v2/models/{m}/ready") for m in self.models)
+
+    def start(self, timeout: float = 120.0) -> "TritonServer":
+        """Launch and block until the server and every model are ready, or raise RuntimeError."""
+        if not self.model_repository.is_dir():
+            raise RuntimeError(f"model repository not found: {self.model_repository}")
+        install_stub()
+        with open(self.log_file, "wb") as log:  # one run per file: error tails stay unambiguous
+            # New session: a terminal Ctrl-C reaches only us; we then SIGTERM the server ourselves.
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=server_env(),
+                                            start_new_session=True, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout
+        while not self.is_ready():
+            rc = self.process.poll()
+            if rc is not None:
+                raise RuntimeError(f"tritonserver exited with code {rc} before ready; "
+                                   f"log {self.log_file}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"tritonserver not ready after {timeout:.0f}s (models {self.models}); "
+                                   f"log {self.log_file}:\n{self.log_tail()}")
+            time.sleep(0.25)
+        return self
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (Triton's graceful shutdown), wait, SIGKILL if it hangs. Returns the exit code."""
+        p = self.process
+        if p is None:
+            return None
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def __enter__(self) -> "TritonServer":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    env = os.environ
+    ap = argparse.ArgumentParser(prog="python -m tritongen.serve", description=__doc__.split("\n")[0])
+    ap.add_argument("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY)
+    ap.add_argument("--load-model", action="append", dest="models",
+                    help="model to load (repeatable; default: generator)")
+    ap.add_argument("--http-port", type=int, default=int(env.get("TRITON_HTTP_PORT", 8000)))
+    ap.add_argument("--grpc-port", type=int, default=int(env.get("TRITON_GRPC_PORT", 8001)))
+    ap.add_argument("--metrics-port", type=int, default=int(env.get("TRITON_METRICS_PORT", 8002)))
+    ap.add_argument("--log-file", type=Path, help="server log (default: a temp file)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    ap.add_argument("--install-stub-only", action="store_true",
+                    help="copy the python backend stub into place and exit (used by make setup)")
+    args = ap.parse_args(argv)
+
+    if args.install_stub_only:
+        print(install_stub())
+        return 0
+
+    server = TritonServer(args.model_repository, args.models or ["generator"], args.http_port,
+                          args.grpc_port, args.metrics_port, args.log_file)
+    stopping = False
+
+    def on_signal(signum, _frame):
+        nonlocal stopping
+        stopping = True
+        raise KeyboardInterrupt  # unwinds start() or the wait below into the finally
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        server.start(args.timeout)
+        print(f"tritonserver ready: models {server.models}\n  http    {server.url_http}\n"
+              f"  grpc    {server.url_grpc}\n  metrics {server.url_metrics}\n  log     {server.log_file}",
+              flush=True)
+        rc = server.process.wait()
+        print(f"tritonserver exited with code {rc}; log tail:\n{server.log_tail()}", file=sys.stderr)
+        return rc or 1
+    except KeyboardInterrupt:
+        return 0
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not interrupt the shutdown
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        server.stop()
+        if stopping:
+            print("tritonserver stopped", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
