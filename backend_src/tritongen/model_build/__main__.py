@@ -52,7 +52,7 @@ def cache_key(gguf_path: Path, variant: str) -> dict:
 
 def is_fresh(folder: Path, key: dict) -> bool:
     stamp = folder / "1" / "build_stamp.json"
-    return (folder / "1" / "model.onnx").exists() and stamp.exists() and json.loads(stamp.read_text()) == key
+    return (folder / "1" / "model.onnx").exists() and stamp.exists() and json.loads(stamp.read_text(encoding="utf-8")) == key
 
 
 def build(repo: Path, gguf_path: Path) -> None:
@@ -73,7 +73,7 @@ def build(repo: Path, gguf_path: Path) -> None:
         else:
             model = build_decoder(weights)
         write_model_folder(repo / name, model, tokenizer_json, settings)
-        (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]))
+        (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]), encoding="utf-8")
     print(f"built {', '.join(stale)} in {time.time() - t0:.1f}s under {repo}")
 
 

@@ -33,5 +33,5 @@ def write_model_folder(folder: Path, model: onnx.ModelProto, tokenizer_json: dic
     version_dir = folder / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(version_dir / "model.onnx"))
-    (folder / "config.pbtxt").write_text(triton_config(folder.name, model))
+    (folder / "config.pbtxt").write_text(triton_config(folder.name, model), encoding="utf-8")
     write_tokenizer_folder(folder, tokenizer_json, settings)

@@ -76,7 +76,7 @@ def settings_from_gguf(reader: GGUFReader) -> dict:
 
 def write_tokenizer_folder(folder: Path, tokenizer_json: dict, settings: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False))
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False), encoding="utf-8")
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "chat_template": settings["chat_template"],
@@ -86,10 +86,10 @@ def write_tokenizer_folder(folder: Path, tokenizer_json: dict, settings: dict) -
         "add_bos_token": settings["add_bos_token"],
         "model_max_length": settings["max_position_embeddings"],
         "clean_up_tokenization_spaces": False,
-    }, indent=1, ensure_ascii=False))
+    }, indent=1, ensure_ascii=False), encoding="utf-8")
     (folder / "generation_config.json").write_text(json.dumps({
         "eos_token_id": settings["eos_token_id"],
         "bos_token_id": settings["bos_token_id"],
         "pad_token_id": settings["pad_token_id"],
         "max_position_embeddings": settings["max_position_embeddings"],
-    }, indent=1))
+    }, indent=1), encoding="utf-8")

@@ -1,0 +1,49 @@
+"""onnxruntime session over a decoder in the past/present convention."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+
+
+class DecoderRunner:
+    def __init__(self, model_path: Path, intra_op_threads: int = 0, providers: list[str] | None = None):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads or len(os.sched_getaffinity(0))
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(model_path), options, providers=providers or ["CPUExecutionProvider"])
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        self.num_layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
+        kv = inputs["past_key_values.0.key"].shape
+        logits = next(o for o in self.session.get_outputs() if o.name == "logits")
+        self.shape = DecoderShape(self.num_layers, int(kv[1]), int(kv[3]), int(logits.shape[2]))
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self._present = [(f"present.{i}.key", f"present.{i}.value") for i in range(self.num_layers)]
+
+    def empty_past(self, batch: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
+        s = self.shape
+        z = np.zeros((batch, s.num_kv_heads, 0, s.head_dim), dtype=np.float32)
+        return [(z, z) for _ in range(s.num_layers)]
+
+    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray,
+                past: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]], dict]:
+        """Returns (logits [b,s,V], present KV per layer, the other outputs by name)."""
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        for i, (k, v) in enumerate(past):
+            feeds[f"past_key_values.{i}.key"] = k
+            feeds[f"past_key_values.{i}.value"] = v
+        out = dict(zip(self.output_names, self.session.run(None, feeds)))
+        present = [(out.pop(k), out.pop(v)) for k, v in self._present]
+        return out.pop("logits"), present, out

@@ -1,0 +1,141 @@
+"""The public generation types, mirroring `onnx-genai-engine`'s config.rs.
+
+Field names, defaults and validation messages follow the seed file so a
+user of the Rust engine finds the same knobs here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional, Union
+
+TokenId = int
+# A stop sequence is either text or a run of token ids (the seed's StopSequence).
+StopSequence = Union[str, tuple[int, ...]]
+# The seed's GeneratePrompt: raw text or already-tokenized ids.
+GeneratePrompt = Union[str, list[int]]
+
+
+class Priority(Enum):
+    LOW = 0
+    NORMAL = 1
+    HIGH = 2
+
+
+@dataclass
+class GenerateOptions:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    greedy: bool = True
+    seed: Optional[int] = None
+    stop_sequences: list[StopSequence] = field(default_factory=list)
+    eos_token_id: Optional[TokenId] = None
+    stop_on_eos: bool = True
+    max_context: Optional[int] = None
+    top_logprobs: Optional[int] = None
+    # Ours, in addition to the seed: no EOS or stop before this many tokens.
+    min_length: int = 0
+
+    def validate(self) -> None:
+        """Raise ValueError with the seed's message for the first invalid field."""
+        def finite(x: float) -> bool:
+            return math.isfinite(x)
+
+        if self.max_new_tokens <= 0:
+            raise ValueError("max_new_tokens must be greater than zero")
+        if not finite(self.temperature) or self.temperature < 0.0:
+            raise ValueError("temperature must be finite and non-negative")
+        if not finite(self.top_p) or self.top_p < 0.0:
+            raise ValueError("top_p must be finite and non-negative")
+        if self.top_k < 0:
+            raise ValueError("top_k must be non-negative")
+        if not finite(self.min_p) or not 0.0 <= self.min_p <= 1.0:
+            raise ValueError("min_p must be finite and between 0 and 1")
+        if not finite(self.repetition_penalty) or self.repetition_penalty <= 0.0:
+            raise ValueError("repetition_penalty must be finite and greater than zero")
+        if not finite(self.frequency_penalty):
+            raise ValueError("frequency_penalty must be finite")
+        if not finite(self.presence_penalty):
+            raise ValueError("presence_penalty must be finite")
+        if self.max_context is not None and self.max_context <= 0:
+            raise ValueError("max_context must be greater than zero when provided")
+        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= 20:
+            raise ValueError("top_logprobs must be between 0 and 20")
+        if self.min_length < 0:
+            raise ValueError("min_length must be non-negative")
+        for i, stop in enumerate(self.stop_sequences):
+            if len(stop) == 0:
+                raise ValueError(f"stop sequence {i} must not be empty")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ValueError("seed must be an unsigned 64-bit integer")
+
+
+@dataclass
+class GenerateRequest:
+    prompt: GeneratePrompt
+    options: GenerateOptions = field(default_factory=GenerateOptions)
+
+
+@dataclass(frozen=True)
+class FinishReason:
+    """Why generation stopped; str() gives the wire spelling (`stop_sequence:N`)."""
+
+    kind: str
+    index: Optional[int] = None
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+    @staticmethod
+    def stop_sequence(index: int) -> "FinishReason":
+        return FinishReason("stop_sequence", index)
+
+
+FinishReason.MAX_TOKENS = FinishReason("max_tokens")
+FinishReason.EOS_TOKEN = FinishReason("eos_token")
+FinishReason.LENGTH = FinishReason("length")
+FinishReason.CANCELLED = FinishReason("cancelled")
+
+
+@dataclass
+class TokenLogprob:
+    token_id: TokenId
+    logprob: float
+    top: list[tuple[TokenId, float]]
+
+
+@dataclass
+class GenerateToken:
+    """One streamed token; `text` is the newly releasable text (may be empty)."""
+
+    token_id: TokenId
+    text: str
+    finish_reason: Optional[FinishReason] = None
+    logprob: Optional[TokenLogprob] = None
+
+
+@dataclass
+class GenerateResult:
+    text: str
+    token_ids: list[TokenId]
+    finish_reason: FinishReason
+    prefix_cache_hit_len: int = 0
+    logprobs: Optional[list[TokenLogprob]] = None
+    num_prompt_tokens: int = 0
+
+
+@dataclass
+class EngineConfig:
+    num_gpu_pages: int = 1024
+    page_size: int = 16
+    # Prompt tokens per prefill call; bounds the attention working set.
+    prefill_chunk: int = 256
+    intra_op_threads: int = 0

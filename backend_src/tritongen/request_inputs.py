@@ -1,0 +1,249 @@
+"""Triton request inputs -> a GenerateRequest, with the contract's precedence.
+
+Precedence: an input tensor, then a `sampling_parameters` key, then a
+request parameter, then the generator's configured default. Every error
+names the field. No Triton import: tensors arrive here as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .options import GenerateOptions, GenerateRequest
+
+PROMPT_INPUTS = ("text_input", "input_ids", "messages")
+
+# Option name -> how to read it. Keys are the spellings accepted as tensors,
+# sampling_parameters keys and request parameters; aliases map to one option.
+_INT, _FLOAT, _BOOL = "int", "float", "bool"
+_SCALARS = {
+    "max_tokens": _INT, "min_length": _INT, "min_tokens": _INT, "temperature": _FLOAT, "top_p": _FLOAT,
+    "top_k": _INT, "min_p": _FLOAT, "repetition_penalty": _FLOAT, "frequency_penalty": _FLOAT,
+    "presence_penalty": _FLOAT, "seed": _INT, "random_seed": _INT, "end_id": _INT, "ignore_eos": _BOOL,
+    "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
+    "logprobs": _INT,
+}
+_SAMPLING_KEYS = {
+    "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+    "frequency_penalty", "presence_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
+}
+_TENSOR_ONLY_LISTS = {"stop_words"}
+
+
+class RequestError(ValueError):
+    """A client error in one request; the message names the field."""
+
+
+@dataclass
+class ResponseMode:
+    stream: bool
+    exclude_input_in_output: bool
+
+
+@dataclass
+class ParsedRequest:
+    request: GenerateRequest
+    mode: ResponseMode
+    prompt_text: str | None  # the prompt as text; None when it came as input_ids
+
+
+def _coerce(name: str, kind: str, value):
+    """Accept numbers as strings ("16") and numpy scalars; reject the rest by name."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    try:
+        if kind == _BOOL:
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+                return value.lower() in ("true", "1")
+            if isinstance(value, (bool, int)) and not isinstance(value, float):
+                return bool(value)
+            raise ValueError
+        if isinstance(value, bool):
+            raise ValueError
+        if kind == _INT:
+            number = float(value) if isinstance(value, str) else value
+            if isinstance(number, float):
+                if not math.isfinite(number) or number != int(number):
+                    raise ValueError
+                number = int(number)
+            if not isinstance(number, int):
+                raise ValueError
+            return number
+        number = float(value)
+        return number
+    except (ValueError, TypeError, OverflowError):
+        raise RequestError(f"{name} must be {'an integer' if kind == _INT else 'a number' if kind == _FLOAT else 'a boolean'}, got {value!r}") from None
+
+
+def _scalar_tensor(name: str, array: np.ndarray):
+    if array.size != 1:
+        raise RequestError(f"{name} must hold exactly one value, got shape {list(array.shape)}")
+    return array.reshape(-1)[0]
+
+
+def _text(name: str, value) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RequestError(f"{name} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if isinstance(value, str):
+        return value
+    raise RequestError(f"{name} must be a string")
+
+
+def _sampling_parameters(tensors: dict) -> dict:
+    if "sampling_parameters" not in tensors:
+        return {}
+    raw = _text("sampling_parameters", _scalar_tensor("sampling_parameters", tensors["sampling_parameters"]))
+    if not raw.strip():
+        return {}
+    try:
+        params = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"sampling_parameters is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(params, dict):
+        raise RequestError("sampling_parameters must be a JSON object")
+    unknown = sorted(set(params) - _SAMPLING_KEYS)
+    if unknown:
+        raise RequestError(f"sampling_parameters has unsupported key(s): {', '.join(unknown)}")
+    return params
+
+
+def _messages(raw: str) -> list[dict]:
+    try:
+        messages = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"messages is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty JSON list of {role, content} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise RequestError(f"messages[{i}] must be an object with string 'role' and 'content'")
+    return messages
+
+
+def _string_list(name: str, value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise RequestError(f"{name} must be a string or a list of strings")
+
+
+def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: dict, render_chat) -> ParsedRequest:
+    """Build the engine request; `render_chat(messages)` comes from the model's tokenizer."""
+    sampling = _sampling_parameters(tensors)
+    known_params = set(_SCALARS) | _SAMPLING_KEYS
+    unknown = sorted(k for k in parameters if k not in known_params and not k.startswith("triton_"))
+    if unknown:
+        raise RequestError(f"unsupported request parameter(s): {', '.join(unknown)}")
+
+    def get(name: str, kind: str, *aliases: str):
+        for key in (name, *aliases):
+            if key in tensors:
+                return _coerce(key, kind, _scalar_tensor(key, tensors[key]))
+        for key in (name, *aliases):
+            if key in sampling:
+                return _coerce(f"sampling_parameters.{key}", kind, sampling[key])
+        for key in (name, *aliases):
+            if key in parameters:
+                return _coerce(f"parameter {key}", kind, parameters[key])
+        return defaults.get(name)
+
+    given = [name for name in PROMPT_INPUTS if name in tensors]
+    if not given:
+        raise RequestError("request needs a prompt: one of text_input, input_ids or messages")
+    if len(given) > 1:
+        raise RequestError(f"give only one prompt input, got {', '.join(given)}")
+    if "input_ids" in tensors:
+        ids = tensors["input_ids"].reshape(-1)
+        if ids.size == 0:
+            raise RequestError("input_ids must not be empty")
+        prompt = [int(i) for i in ids]
+        prompt_text = None
+    elif "messages" in tensors:
+        raw = _text("messages", _scalar_tensor("messages", tensors["messages"]))
+        prompt = prompt_text = render_chat(_messages(raw))
+    else:
+        prompt = prompt_text = _text("text_input", _scalar_tensor("text_input", tensors["text_input"]))
+        if not prompt:
+            raise RequestError("text_input must not be empty")
+
+    options = GenerateOptions()
+    max_tokens = get("max_tokens", _INT)
+    if max_tokens is not None:
+        if max_tokens <= 0:
+            raise RequestError(f"max_tokens must be greater than zero, got {max_tokens}")
+        options.max_new_tokens = max_tokens
+    temperature = get("temperature", _FLOAT)
+    if temperature is not None:
+        if not math.isfinite(temperature) or temperature < 0:
+            raise RequestError(f"temperature must be finite and non-negative, got {temperature}")
+        options.temperature = temperature if temperature > 0 else 1.0
+        options.greedy = temperature == 0
+    for name in ("top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
+        value = get(name, _FLOAT)
+        if value is not None:
+            setattr(options, name, value)
+    top_k = get("top_k", _INT)
+    if top_k is not None:
+        if top_k < -1:
+            raise RequestError(f"top_k must be -1, 0 (disabled) or positive, got {top_k}")
+        options.top_k = max(top_k, 0)
+    min_length = get("min_length", _INT, "min_tokens")
+    if min_length is not None:
+        if min_length < 0:
+            raise RequestError(f"min_length must be non-negative, got {min_length}")
+        options.min_length = min_length
+    seeds = {k: _coerce(k, _INT, _scalar_tensor(k, tensors[k])) for k in ("seed", "random_seed") if k in tensors}
+    if len(set(seeds.values())) > 1:
+        raise RequestError(f"seed and random_seed differ ({seeds['seed']} vs {seeds['random_seed']})")
+    seed = get("seed", _INT, "random_seed")
+    if seed is not None:
+        if not 0 <= seed < 2**64:
+            raise RequestError(f"seed must be an unsigned 64-bit integer, got {seed}")
+        options.seed = seed
+    end_id = get("end_id", _INT)
+    if end_id is not None:
+        options.eos_token_id = end_id
+    if get("ignore_eos", _BOOL):
+        options.stop_on_eos = False
+
+    stops: list = []
+    if "stop_words" in tensors:
+        stops += [_text("stop_words", w) for w in tensors["stop_words"].reshape(-1)]
+    if "stop" in sampling:
+        stops += _string_list("sampling_parameters.stop", sampling["stop"])
+    elif "stop" in parameters:
+        stops += _string_list("parameter stop", parameters["stop"])
+    for i, s in enumerate(stops):
+        if s == "":
+            raise RequestError(f"stop word {i} is empty")
+    token_stops = sampling.get("stop_token_ids", parameters.get("stop_token_ids", []))
+    if not isinstance(token_stops, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in token_stops):
+        raise RequestError("stop_token_ids must be a list of integers")
+    options.stop_sequences = stops + [(t,) for t in token_stops]
+
+    top_logprobs = get("top_logprobs", _INT, "logprobs")
+    if top_logprobs is not None or get("return_log_probs", _BOOL):
+        top_logprobs = top_logprobs or 0
+        if not 0 <= top_logprobs <= 20:
+            raise RequestError(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
+        options.top_logprobs = top_logprobs
+
+    try:
+        options.validate()
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    mode = ResponseMode(
+        stream=bool(get("stream", _BOOL)),
+        exclude_input_in_output=bool(get("exclude_input_in_output", _BOOL)),
+    )
+    return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text)

@@ -1,0 +1,126 @@
+"""Logits processors in the seed's order, the sampler, and logprobs.
+
+Order: repetition, frequency, presence, stop (min_length bans EOS),
+[constraint], temperature, top-k, top-p, min-p. Each request owns its
+random generator, so a seeded request draws the same tokens whatever else
+shares the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .options import GenerateOptions, TokenLogprob
+
+NEG_INF = np.float32(-np.inf)
+# Top-p looks at this many best candidates first and sorts the full row only
+# when they do not cover the requested mass.
+_TOP_P_CANDIDATES = 512
+
+
+@dataclass
+class TokenChoice:
+    token_id: int
+    logprob: TokenLogprob | None
+
+
+class RequestSampler:
+    """Per-request sampling state: options, token counts, random generator."""
+
+    def __init__(self, options: GenerateOptions, prompt_ids: list[int], vocab_size: int, eos_token_id: int | None):
+        self.options = options
+        self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+        self.greedy = options.greedy or options.temperature == 0.0
+        self.rng = np.random.Generator(np.random.PCG64(options.seed)) if not self.greedy else None
+        self.uses_penalties = (
+            options.repetition_penalty != 1.0 or options.frequency_penalty != 0.0 or options.presence_penalty != 0.0
+        )
+        self.seen = None
+        self.output_counts = None
+        if self.uses_penalties:
+            self.seen = np.zeros(vocab_size, dtype=bool)
+            self.seen[[i for i in prompt_ids if 0 <= i < vocab_size]] = True
+            self.output_counts = np.zeros(vocab_size, dtype=np.int32)
+        self.num_generated = 0
+
+    def record(self, token_id: int) -> None:
+        self.num_generated += 1
+        if self.uses_penalties and 0 <= token_id < self.vocab_size:
+            self.seen[token_id] = True
+            self.output_counts[token_id] += 1
+
+    def process(self, logits: np.ndarray) -> np.ndarray:
+        """One row of logits [V] through the processor chain; returns a new array."""
+        o = self.options
+        x = logits.astype(np.float32, copy=True)
+        if o.repetition_penalty != 1.0:
+            seen = x[self.seen]
+            x[self.seen] = np.where(seen > 0, seen / o.repetition_penalty, seen * o.repetition_penalty)
+        if o.frequency_penalty != 0.0:
+            x -= o.frequency_penalty * self.output_counts
+        if o.presence_penalty != 0.0:
+            x -= o.presence_penalty * (self.output_counts > 0)
+        if self.num_generated < o.min_length and self.eos_token_id is not None:
+            x[self.eos_token_id] = NEG_INF
+        if self.greedy:
+            return x
+        x /= np.float32(o.temperature)
+        if 0 < o.top_k < x.shape[0]:
+            kth = np.partition(x, -o.top_k)[-o.top_k]
+            x[x < kth] = NEG_INF
+        if o.top_p < 1.0:
+            _top_p_filter(x, o.top_p)
+        if o.min_p > 0.0:
+            peak = x.max()
+            x[x < peak + np.log(np.float32(o.min_p))] = NEG_INF
+        return x
+
+    def choose(self, logits: np.ndarray) -> TokenChoice:
+        x = self.process(logits)
+        if self.greedy:
+            token = int(np.argmax(x))
+        else:
+            probs = _softmax(x)
+            token = int(np.searchsorted(np.cumsum(probs), self.rng.random() * probs.sum(), side="right"))
+            token = min(token, x.shape[0] - 1)
+            while not np.isfinite(x[token]):  # rounding at the end of the cumsum
+                token -= 1
+        self.record(token)
+        return TokenChoice(token, self._logprob(x, token) if self.options.top_logprobs is not None else None)
+
+    def _logprob(self, x: np.ndarray, token: int) -> TokenLogprob:
+        shifted = x - x.max()
+        logp = shifted - np.log(np.exp(shifted).sum())
+        k = self.options.top_logprobs
+        top = []
+        if k:
+            best = np.argpartition(-logp, k - 1)[:k] if k < logp.shape[0] else np.arange(logp.shape[0])
+            best = best[np.argsort(-logp[best], kind="stable")]
+            top = [(int(i), float(logp[i])) for i in best if np.isfinite(logp[i])]
+        if token not in (i for i, _ in top):
+            top.append((token, float(logp[token])))
+        return TokenLogprob(token, float(logp[token]), top)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def _top_p_filter(x: np.ndarray, top_p: float) -> None:
+    """Keep the smallest set of best tokens whose probability reaches top_p (in place)."""
+    probs = _softmax(x)
+    n = min(_TOP_P_CANDIDATES, x.shape[0])
+    cand = np.argpartition(-probs, n - 1)[:n] if n < x.shape[0] else np.arange(x.shape[0])
+    cand = cand[np.argsort(-probs[cand], kind="stable")]
+    cum = np.cumsum(probs[cand])
+    if cum[-1] < top_p and n < x.shape[0]:
+        cand = np.argsort(-probs, kind="stable")
+        cum = np.cumsum(probs[cand])
+    keep = int(np.searchsorted(cum, top_p, side="left")) + 1
+    mask = np.ones(x.shape[0], dtype=bool)
+    mask[cand[:keep]] = False
+    x[mask] = NEG_INF

@@ -1,0 +1,136 @@
+"""TritonPythonModel for the decoupled `generator`: tensors in, engine calls, responses out.
+
+Responses are sent from the engine thread through each request's response
+sender; the last data response carries the FINAL flag.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .engine import Engine, EngineStopped
+from .options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
+from .request_inputs import ParsedRequest, RequestError, parse_request
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class ClientCancelled(Exception):
+    """Raised inside a token callback when Triton reports the request cancelled."""
+
+
+def _error(message: str) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+
+
+def _parameters(config: dict) -> dict[str, str]:
+    return {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+
+
+class _Stream:
+    """One request's response side: buffers ids until they carry text."""
+
+    def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer):
+        self.sender = sender
+        self.parsed = parsed
+        self.prompt_ids = prompt_ids
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.logprobs: list = []
+
+    def response(self, text: str, ids: list[int], finish: FinishReason | None, logprobs: list) -> "pb_utils.InferenceResponse":
+        tensors = [
+            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
+            pb_utils.Tensor("output_ids", np.array(ids, dtype=np.int64)),
+            pb_utils.Tensor("finish_reason", np.array([str(finish).encode() if finish else b""], dtype=np.object_)),
+            pb_utils.Tensor("num_input_tokens", np.array([len(self.prompt_ids)], dtype=np.uint32)),
+            pb_utils.Tensor("num_output_tokens", np.array([len(ids)], dtype=np.uint32)),
+        ]
+        if self.parsed.request.options.top_logprobs is not None:
+            entries = [
+                json.dumps({"id": lp.token_id, "text": self.tokenizer.decode([lp.token_id]), "logprob": lp.logprob,
+                            "top": [{"id": i, "text": self.tokenizer.decode([i]), "logprob": p} for i, p in lp.top]})
+                for lp in logprobs
+            ]
+            tensors.append(pb_utils.Tensor("logprobs", np.array([e.encode() for e in entries], dtype=np.object_)))
+            tensors.append(pb_utils.Tensor("cumulative_logprob",
+                                           np.array([sum(lp.logprob for lp in logprobs)], dtype=np.float32)))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def on_token(self, token: GenerateToken) -> None:
+        if self.sender.is_cancelled():
+            raise ClientCancelled()
+        if not self.parsed.mode.stream:
+            return
+        self.ids.append(token.token_id)
+        if token.logprob is not None:
+            self.logprobs.append(token.logprob)
+        if token.text or token.finish_reason is not None:
+            flags = FINAL if token.finish_reason is not None else 0
+            self.sender.send(self.response(token.text, self.ids, token.finish_reason, self.logprobs), flags=flags)
+            self.ids, self.logprobs = [], []
+
+    def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
+        if isinstance(error, ClientCancelled):
+            self.sender.send(flags=FINAL)
+        elif error is not None:
+            self.sender.send(_error(f"generation failed: {error}"), flags=FINAL)
+        elif not self.parsed.mode.stream:
+            text = result.text
+            if not self.parsed.mode.exclude_input_in_output:
+                prompt = self.parsed.prompt_text
+                text = (prompt if prompt is not None else self.tokenizer.decode(self.prompt_ids)) + text
+            self.sender.send(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []),
+                             flags=FINAL)
+        elif result.finish_reason == FinishReason.CANCELLED:
+            self.sender.send(self.response("", [], result.finish_reason, []), flags=FINAL)
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict) -> None:
+        self.model_config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(self.model_config):
+            raise pb_utils.TritonModelException("generator must use the decoupled transaction policy")
+        params = _parameters(self.model_config)
+        repository = Path(args["model_repository"]).parent
+        target = repository / params.get("target_model", "target")
+        config = EngineConfig(
+            prefill_chunk=int(params.get("prefill_chunk", EngineConfig.prefill_chunk)),
+            intra_op_threads=int(params.get("intra_op_threads", 0)),
+        )
+        self.defaults = {"max_tokens": int(params.get("default_max_tokens", GenerateOptions.max_new_tokens))}
+        self.input_names = [i["name"] for i in self.model_config["input"]]
+        self.logger = pb_utils.Logger
+        self.engine = Engine(target, config)
+        warm = self.engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2)))
+        self.logger.log_info(f"generator ready: target {target.name}, warm-up produced {len(warm.token_ids)} tokens")
+
+    def execute(self, requests):
+        for request in requests:
+            self._start(request)
+        return None
+
+    def _start(self, request) -> None:
+        sender = request.get_response_sender()
+        try:
+            tensors = {}
+            for name in self.input_names:
+                tensor = pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    tensors[name] = tensor.as_numpy()
+            raw_params = request.parameters()
+            parameters = json.loads(raw_params) if raw_params else {}
+            parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat)
+            prompt_ids = self.engine.tokenize_prompt(parsed.request)
+            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer)
+            self.engine.submit(GenerateRequest(prompt_ids, parsed.request.options),
+                               on_token=stream.on_token, on_done=stream.on_done)
+        except (RequestError, ValueError, EngineStopped) as exc:
+            sender.send(_error(str(exc)), flags=FINAL)
+
+    def finalize(self) -> None:
+        self.engine.close()
