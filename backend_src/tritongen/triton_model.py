@@ -36,6 +36,7 @@ class _Stream:
 
     def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer):
         self.sender = sender
+        self.num_generated = 0
         self.parsed = parsed
         self.prompt_ids = prompt_ids
         self.tokenizer = tokenizer
@@ -64,6 +65,7 @@ class _Stream:
     def on_token(self, token: GenerateToken) -> None:
         if self.sender.is_cancelled():
             raise ClientCancelled()
+        self.num_generated += 1
         if not self.parsed.mode.stream:
             return
         self.ids.append(token.token_id)
@@ -76,6 +78,7 @@ class _Stream:
 
     def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
         if isinstance(error, ClientCancelled):
+            pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self.sender.send(flags=FINAL)
         elif error is not None:
             self.sender.send(_error(f"generation failed: {error}"), flags=FINAL)
