@@ -62,7 +62,8 @@ class Engine:
         self.config = config or EngineConfig()
         model_folder = Path(model_folder)
         self.tokenizer = TextTokenizer(model_folder)
-        self.runner = DecoderRunner(onnx_path(model_folder), self.config.intra_op_threads)
+        self.runner = DecoderRunner(onnx_path(model_folder), self.config.intra_op_threads,
+                                   self.config.execution_providers or None)
         self.vocab_size = self.runner.shape.vocab_size
         self._ids = itertools.count(1)
         self._inbox: deque[_Active] = deque()

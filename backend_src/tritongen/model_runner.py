@@ -18,12 +18,18 @@ class DecoderShape:
     vocab_size: int
 
 
+def default_providers() -> list[str]:
+    """CUDA when this onnxruntime build has it (the NGC image with onnxruntime-gpu), else CPU."""
+    available = ort.get_available_providers()
+    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+
+
 class DecoderRunner:
     def __init__(self, model_path: Path, intra_op_threads: int = 0, providers: list[str] | None = None):
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads or len(os.sched_getaffinity(0))
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(str(model_path), options, providers=providers or ["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(str(model_path), options, providers=providers or default_providers())
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.num_layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
         kv = inputs["past_key_values.0.key"].shape

@@ -139,3 +139,5 @@ class EngineConfig:
     # Prompt tokens per prefill call; bounds the attention working set.
     prefill_chunk: int = 256
     intra_op_threads: int = 0
+    # onnxruntime execution providers in order of preference; empty: CUDA if available, else CPU.
+    execution_providers: list[str] = field(default_factory=list)

@@ -67,7 +67,12 @@ def _coerce(name: str, kind: str, value):
         if isinstance(value, bool):
             raise ValueError
         if kind == _INT:
-            number = float(value) if isinstance(value, str) else value
+            number = value
+            if isinstance(value, str):  # exact for 64-bit integers; "16.0" and "1e3" via float
+                try:
+                    number = int(value.strip())
+                except ValueError:
+                    number = float(value)
             if isinstance(number, float):
                 if not math.isfinite(number) or number != int(number):
                     raise ValueError

@@ -18,7 +18,6 @@ class StopChecker:
         self.context_limit = context_limit
         self.stop_texts = [(i, s) for i, s in enumerate(options.stop_sequences) if isinstance(s, str)]
         self.stop_tokens = [(i, tuple(s)) for i, s in enumerate(options.stop_sequences) if not isinstance(s, str)]
-        self._longest_stop = max((len(s) for _, s in self.stop_texts), default=0)
         self.text = ""  # generated text so far, cut at a stop match once found
         self.released = 0  # characters of self.text already handed out
         self.token_ids: list[int] = []
@@ -30,10 +29,10 @@ class StopChecker:
         stops_allowed = n >= self.options.min_length
         if self.options.stop_on_eos and token_id == self.eos_token_id and stops_allowed:
             return self._release_all(), FinishReason.EOS_TOKEN
-        search_from = max(self.released, len(self.text) - self._longest_stop + 1)
+        old_len = len(self.text)
         self.text += piece
         if stops_allowed:
-            reason = self._match_stop(search_from)
+            reason = self._match_stop(old_len)
             if reason is not None:
                 return self._release_all(), reason
         if n >= self.options.max_new_tokens:
@@ -42,10 +41,11 @@ class StopChecker:
             return self._release_all(), FinishReason.LENGTH
         return self._release_safe(), None
 
-    def _match_stop(self, search_from: int) -> FinishReason | None:
+    def _match_stop(self, old_len: int) -> FinishReason | None:
+        """Only a match that ends in the newest piece counts (older text was already checked)."""
         best = None  # (position, index)
         for index, stop in self.stop_texts:
-            pos = self.text.find(stop, search_from)
+            pos = self.text.find(stop, max(self.released, old_len - len(stop) + 1))
             if pos >= 0 and (best is None or pos < best[0]):
                 best = (pos, index)
         if best is not None:

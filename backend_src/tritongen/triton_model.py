@@ -104,6 +104,7 @@ class TritonPythonModel:
         config = EngineConfig(
             prefill_chunk=int(params.get("prefill_chunk", EngineConfig.prefill_chunk)),
             intra_op_threads=int(params.get("intra_op_threads", 0)),
+            execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
         )
         self.defaults = {"max_tokens": int(params.get("default_max_tokens", GenerateOptions.max_new_tokens))}
         self.input_names = [i["name"] for i in self.model_config["input"]]

@@ -1,0 +1,31 @@
+# tritongen: `make demo` to see it answer, `make test` to check it.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+SETUP_STAMP := $(VENV)/.setup-stamp
+
+.PHONY: setup models serve demo test lint clean
+
+setup: $(SETUP_STAMP)
+
+$(SETUP_STAMP): pyproject.toml constraints.txt scripts/setup.sh
+	scripts/setup.sh
+	touch $@
+
+models: setup
+	$(PY) -m tritongen.model_build
+
+serve: models
+	$(PY) -m tritongen.serve
+
+demo: models
+	$(PY) client/demo.py
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check backend_src client tests
+
+clean:
+	rm -rf $(VENV) model_repository/target model_repository/draft
