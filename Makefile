@@ -28,4 +28,4 @@ lint: setup
 	$(PY) -m ruff check backend_src client tests
 
 clean:
-	rm -rf $(VENV) model_repository/target model_repository/draft
+	rm -rf $(VENV) model_repository/target model_repository/draft model_repository/target_gqa model_repository/draft_gqa

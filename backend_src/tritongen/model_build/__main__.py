@@ -55,10 +55,19 @@ def is_fresh(folder: Path, key: dict) -> bool:
     return (folder / "1" / "model.onnx").exists() and stamp.exists() and json.loads(stamp.read_text(encoding="utf-8")) == key
 
 
+# Repository folder -> (layers dropped, attention layout).
+VARIANTS = {
+    "target": ((), "concat"),
+    "target_gqa": ((), "gqa"),
+    "draft": (DRAFT_DROPPED_LAYERS, "concat"),
+    "draft_gqa": (DRAFT_DROPPED_LAYERS, "gqa"),
+}
+
+
 def build(repo: Path, gguf_path: Path) -> None:
-    variants = {"target": None, "draft": "drop_layers_12_17"}
-    keys = {name: cache_key(gguf_path, variant or "full") for name, variant in variants.items()}
-    stale = [name for name in variants if not is_fresh(repo / name, keys[name])]
+    keys = {name: cache_key(gguf_path, f"drop={list(dropped)},attention={attention}")
+            for name, (dropped, attention) in VARIANTS.items()}
+    stale = [name for name in VARIANTS if not is_fresh(repo / name, keys[name])]
     if not stale:
         print(f"models up to date in {repo} (builder {keys['target']['builder']})")
         return
@@ -67,11 +76,9 @@ def build(repo: Path, gguf_path: Path) -> None:
     tokenizer_json, settings = tokenizer_json_from_gguf(reader), settings_from_gguf(reader)
     weights = read_weights(str(gguf_path))
     for name in tqdm(stale, desc="build onnx models"):
-        if name == "draft":
-            kept = [i for i in range(weights.spec.num_layers) if i not in DRAFT_DROPPED_LAYERS]
-            model = build_decoder(weights.keep_layers(kept))
-        else:
-            model = build_decoder(weights)
+        dropped, attention = VARIANTS[name]
+        kept = [i for i in range(weights.spec.num_layers) if i not in dropped]
+        model = build_decoder(weights.keep_layers(kept), attention=attention)
         write_model_folder(repo / name, model, tokenizer_json, settings)
         (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]), encoding="utf-8")
     print(f"built {', '.join(stale)} in {time.time() - t0:.1f}s under {repo}")

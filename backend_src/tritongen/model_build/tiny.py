@@ -22,7 +22,7 @@ _CORPUS = [
 ] * 4
 
 
-def tiny_spec(vocab_size: int = 320, hidden: int = 32, layers: int = 2, heads: int = 4, kv_heads: int = 2) -> LlamaSpec:
+def tiny_spec(vocab_size: int = 320, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2) -> LlamaSpec:
     return LlamaSpec(
         vocab_size=vocab_size, hidden_size=hidden, intermediate_size=hidden * 2, num_layers=layers,
         num_heads=heads, num_kv_heads=kv_heads, rope_theta=10000.0, rms_eps=1e-5, max_position=512,

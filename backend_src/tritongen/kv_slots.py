@@ -1,0 +1,103 @@
+"""The running batch's KV: one buffer per layer with a row (slot) per sequence.
+
+The GroupQueryAttention decoder reads and writes KV in place when the same
+buffer is bound as its past and its present, so a decode step over slots
+[0, B) copies no KV at all: it binds views of the first B rows. A prompt
+chunk runs as a batch-1 call on a view of its own row. Active sequences
+occupy rows [0, B) contiguously; when one leaves, the last row moves into
+its place.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from .model_runner import DecoderShape, default_providers
+
+
+class SlotDecoder:
+    def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
+                 providers: list[str] | None = None):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads or len(os.sched_getaffinity(0))
+        self.session = ort.InferenceSession(str(model_path), options, providers=providers or default_providers())
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        if "seqlens_k" not in inputs:
+            raise ValueError(f"{model_path} is not a GroupQueryAttention decoder (no seqlens_k input)")
+        num_layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
+        kv = inputs["past_key_values.0.key"].shape
+        vocab = next(o for o in self.session.get_outputs() if o.name == "logits").shape[2]
+        self.shape = DecoderShape(num_layers, int(kv[1]), int(kv[3]), int(vocab))
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.max_slots, self.max_len = max_slots, max_len
+        dims = (max_slots, self.shape.num_kv_heads, max_len, self.shape.head_dim)
+        self.keys = [np.zeros(dims, np.float32) for _ in range(num_layers)]
+        self.values = [np.zeros(dims, np.float32) for _ in range(num_layers)]
+        self._views: dict[tuple[int, int], list[tuple[ort.OrtValue, ort.OrtValue]]] = {}
+        self._logits = np.empty(0, np.float32)
+
+    def bytes_per_token(self) -> int:
+        s = self.shape
+        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * 4
+
+    def _kv_views(self, start: int, count: int):
+        key = (start, count)
+        if key not in self._views:
+            self._views[key] = [
+                (ort.OrtValue.ortvalue_from_numpy(k[start:start + count]),
+                 ort.OrtValue.ortvalue_from_numpy(v[start:start + count]))
+                for k, v in zip(self.keys, self.values)
+            ]
+        return self._views[key]
+
+    def _logits_view(self, rows: int, seq: int) -> np.ndarray:
+        size = rows * seq * self.shape.vocab_size
+        if self._logits.size < size:
+            self._logits = np.empty(size, np.float32)
+        return self._logits[:size].reshape(rows, seq, self.shape.vocab_size)
+
+    def run(self, first_slot: int, input_ids: np.ndarray, seqlens_k: np.ndarray,
+            extra_outputs: tuple[str, ...] = ()) -> tuple[np.ndarray, dict]:
+        """One call on slots [first_slot, first_slot + rows); returns (logits view, extra outputs).
+
+        seqlens_k[r] is the row's total length after this call minus one. The
+        logits array is reused by the next call: copy what must outlive it.
+        """
+        rows, seq = input_ids.shape
+        binding = self.session.io_binding()
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
+        binding.bind_cpu_input("seqlens_k", np.ascontiguousarray(seqlens_k, dtype=np.int32))
+        binding.bind_cpu_input("total_sequence_length", np.array(int(seqlens_k.max()) + 1, dtype=np.int32))
+        for i, (k, v) in enumerate(self._kv_views(first_slot, rows)):
+            binding.bind_ortvalue_input(f"past_key_values.{i}.key", k)
+            binding.bind_ortvalue_input(f"past_key_values.{i}.value", v)
+            binding.bind_ortvalue_output(f"present.{i}.key", k)
+            binding.bind_ortvalue_output(f"present.{i}.value", v)
+        logits = self._logits_view(rows, seq)
+        binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
+        for name in extra_outputs:
+            binding.bind_output(name, "cpu")
+        self.session.run_with_iobinding(binding)
+        extras = dict(zip(extra_outputs, binding.copy_outputs_to_cpu()[1:])) if extra_outputs else {}
+        return logits, extras
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        """Copy a row's first `length` positions into another slot (a sequence changes rows)."""
+        for buffers in (self.keys, self.values):
+            for b in buffers:
+                b[dst, :, :length] = b[src, :, :length]
+
+    def read(self, slot: int, start: int, end: int) -> np.ndarray:
+        """KV of positions [start, end) as [layers, 2, kv_heads, end - start, head_dim]."""
+        return np.stack([np.stack([k[slot, :, start:end], v[slot, :, start:end]])
+                         for k, v in zip(self.keys, self.values)])
+
+    def write(self, slot: int, start: int, kv: np.ndarray) -> None:
+        end = start + kv.shape[3]
+        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
+            k[slot, :, start:end] = kv[layer, 0]
+            v[slot, :, start:end] = kv[layer, 1]
