@@ -25,14 +25,31 @@ def target_folder() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_folder(tmp_path_factory) -> Path:
+def target_gqa_folder() -> Path:
+    folder = REPOSITORY / "target_gqa"
+    assert (folder / "1" / "model.onnx").is_file(), "SmolLM2 model not built: run `make models`"
+    return folder
+
+
+def build_tiny(folder: Path, attention: str, seed: int = 0) -> Path:
     """A seeded 2-layer llama decoder with a byte-level tokenizer, built in well under a second."""
     from tritongen.model_build.decoder_graph import build_decoder
     from tritongen.model_build.onnx_folder import write_model_folder
     from tritongen.model_build.tiny import tiny_settings, tiny_spec, tiny_tokenizer_json, tiny_weights
 
     spec = tiny_spec()
-    folder = tmp_path_factory.mktemp("tiny_repo") / "tiny"
-    write_model_folder(folder, build_decoder(tiny_weights(spec, seed=0)), tiny_tokenizer_json(spec.vocab_size),
-                       tiny_settings(spec))
+    write_model_folder(folder, build_decoder(tiny_weights(spec, seed=seed), attention=attention),
+                       tiny_tokenizer_json(spec.vocab_size), tiny_settings(spec))
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory) -> Path:
+    """The tiny model in the GroupQueryAttention layout the engine serves."""
+    return build_tiny(tmp_path_factory.mktemp("tiny_repo") / "tiny_gqa", "gqa")
+
+
+@pytest.fixture(scope="session")
+def tiny_concat_folder(tmp_path_factory) -> Path:
+    """The same tiny weights in the concat past/present layout."""
+    return build_tiny(tmp_path_factory.mktemp("tiny_repo") / "tiny", "concat")

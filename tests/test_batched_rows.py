@@ -55,8 +55,8 @@ def batched(runner: DecoderRunner, rows, pasts, side: str):
 
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("model", ["tiny", "smollm2"])
-def test_padded_batch_rows_match_single_runs(model, side, tiny_folder, request):
-    folder = tiny_folder if model == "tiny" else request.getfixturevalue("target_folder")
+def test_padded_batch_rows_match_single_runs(model, side, tiny_concat_folder, request):
+    folder = tiny_concat_folder if model == "tiny" else request.getfixturevalue("target_folder")
     runner = DecoderRunner(onnx_path(folder))
     rng = np.random.default_rng(7)
     prompts = [list(rng.integers(3, runner.shape.vocab_size, p + n)) for p, n in ROWS]

@@ -14,8 +14,8 @@ FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def smollm2(target_folder):
-    engine = Engine(target_folder)
+def smollm2(target_gqa_folder):
+    engine = Engine(target_gqa_folder)
     yield engine
     engine.close()
 
@@ -105,10 +105,10 @@ def test_dead_engine_thread_fails_requests_instead_of_hanging(tiny_folder):
     class Crash(BaseException):
         pass
 
-    def crash(seq):
+    def crash():
         raise Crash("engine bug")
 
-    engine._advance = crash
+    engine._step = crash
     with pytest.raises(Crash):
         engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=4)))
     assert not engine.alive

@@ -1,8 +1,11 @@
 """The step loop and the in-process generate / stream API.
 
-One engine thread owns the model and every request's KV; callers submit
-requests from any thread and receive tokens through callbacks run on the
-engine thread. A callback that raises aborts its own request only.
+One engine thread owns the model, the slot KV and the page pool. Each step
+decodes one token for every running sequence in one batched call and
+spends the rest of the token budget on prompt chunks (batch-1 calls into
+the sequence's own slot). Callers submit from any thread and receive
+tokens through callbacks run on the engine thread; a callback that raises
+aborts its own request only.
 """
 
 from __future__ import annotations
@@ -14,19 +17,21 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Iterator
 
 import numpy as np
 
-from .model_runner import DecoderRunner
+from .kv.manager import KvManager
+from .kv.page_pool import PagePool
+from .kv_slots import SlotDecoder
+from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResult, GenerateToken,
+                      PrioritizedGenerateResult, Priority, ScheduledGenerateArrival)
 from .repository import onnx_path
-from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResult, GenerateToken, TokenLogprob)
-from .sampling import RequestSampler
+from .sampling import RequestSampler, TokenChoice
+from .scheduler import Scheduler
+from .sequence import DoneCallback, Sequence, Status, TokenCallback
 from .stopping import StopChecker
 from .tokenizer import IncrementalDetokenizer, TextTokenizer
-
-TokenCallback = Callable[[GenerateToken], None]
-DoneCallback = Callable[[Optional[GenerateResult], Optional[BaseException]], None]
 
 
 class EngineStopped(RuntimeError):
@@ -37,41 +42,48 @@ class EngineStopped(RuntimeError):
 class RequestHandle:
     request_id: int
     prompt_ids: list[int]
-    cancel_requested: threading.Event = field(default_factory=threading.Event)
+    _seq: Sequence = field(repr=False)
 
     def cancel(self) -> None:
-        self.cancel_requested.set()
+        self._seq.cancel_requested = True
 
 
 @dataclass
-class _Active:
-    handle: RequestHandle
-    sampler: RequestSampler
-    stopper: StopChecker
-    detok: IncrementalDetokenizer
-    on_token: TokenCallback | None
-    on_done: DoneCallback | None
-    pending: list[int]
-    past: list
-    position: int = 0
-    logprobs: list[TokenLogprob] | None = None
+class EngineStats:
+    steps: int = 0
+    decode_steps: int = 0
+    prefill_calls: int = 0
+    preemptions: int = 0
+    # Recent steps: the request ids decoded together (bounded; tests and benchmarks read it).
+    decode_log: deque = field(default_factory=lambda: deque(maxlen=4096))
 
 
 class Engine:
     def __init__(self, model_folder: Path, config: EngineConfig | None = None):
         self.config = config or EngineConfig()
+        self.config.validate()
         model_folder = Path(model_folder)
         self.tokenizer = TextTokenizer(model_folder)
-        self.runner = DecoderRunner(onnx_path(model_folder), self.config.intra_op_threads,
-                                   self.config.execution_providers or None)
-        self.vocab_size = self.runner.shape.vocab_size
+        self.max_len = min(self.config.max_model_len, self.tokenizer.max_position)
+        self.decoder = SlotDecoder(onnx_path(model_folder), self.config.scheduler.max_num_seqs, self.max_len,
+                                   self.config.intra_op_threads, self.config.execution_providers or None)
+        shape = self.decoder.shape
+        self.vocab_size = shape.vocab_size
+        self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
+                             shape.num_kv_heads, shape.head_dim)
+        self.kv = KvManager(self.pool, self.decoder)
+        self.scheduler = Scheduler(self.config.scheduler, self.kv)
+        self.stats = EngineStats()
+        self.on_step = lambda engine: None  # metrics hook, called on the engine thread after each step
         self._ids = itertools.count(1)
-        self._inbox: deque[_Active] = deque()
+        self._arrivals = itertools.count()
+        self._inbox: deque[Sequence] = deque()
+        self._live: dict[int, Sequence] = {}  # every submitted, unfinished sequence
+        self._commands: deque = deque()
+        self._sessions_in_flight: set[str] = set()
         self._wake = threading.Condition()
-        self._active: list[_Active] = []
         self._closing = False
         self.error: BaseException | None = None
-        self.steps = 0
         self._thread = threading.Thread(target=self._run, name="tritongen-engine", daemon=True)
         self._thread.start()
 
@@ -81,8 +93,12 @@ class Engine:
     def alive(self) -> bool:
         return self._thread.is_alive() and self.error is None
 
+    @property
+    def steps(self) -> int:
+        return self.stats.steps
+
     def context_limit(self, request: GenerateRequest) -> int:
-        limit = self.tokenizer.max_position
+        limit = self.max_len
         if request.options.max_context is not None:
             limit = min(limit, request.options.max_context)
         return limit
@@ -100,40 +116,54 @@ class Engine:
         limit = self.context_limit(request)
         if len(ids) >= limit:
             raise ValueError(f"prompt has {len(ids)} tokens but the context holds {limit}: no room for a new token")
+        pages = self.kv.pages_for(len(ids) + 1)
+        if pages > self.pool.num_pages:
+            raise ValueError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
+                             f"({self.pool.num_pages} pages of {self.pool.page_size} tokens)")
         return ids
 
     def submit(self, request: GenerateRequest, on_token: TokenCallback | None = None,
-               on_done: DoneCallback | None = None) -> RequestHandle:
+               on_done: DoneCallback | None = None, priority: Priority = Priority.NORMAL,
+               session_id: str | None = None, end_session: bool = False,
+               arrival_step: int | None = None) -> RequestHandle:
         if not self.alive:
             raise EngineStopped(f"engine is not running: {self.error!r}")
         ids = self.tokenize_prompt(request)
-        handle = RequestHandle(next(self._ids), ids)
-        eos = request.options.eos_token_id if request.options.eos_token_id is not None else self.tokenizer.eos_token_id
-        active = _Active(
-            handle=handle,
-            sampler=RequestSampler(request.options, ids, self.vocab_size, eos if request.options.stop_on_eos else None),
-            stopper=StopChecker(request.options, eos, len(ids), self.context_limit(request)),
-            detok=IncrementalDetokenizer(self.tokenizer, ids),
-            on_token=on_token, on_done=on_done, pending=list(ids), past=self.runner.empty_past(),
-            logprobs=[] if request.options.top_logprobs is not None else None,
+        options = request.options
+        eos = options.eos_token_id if options.eos_token_id is not None else self.tokenizer.eos_token_id
+        seq = Sequence(
+            request_id=next(self._ids), prompt_ids=ids, priority=priority, arrival=next(self._arrivals),
+            sampler=RequestSampler(options, ids, self.vocab_size, eos if options.stop_on_eos else None),
+            stopper=StopChecker(options, eos, len(ids), self.context_limit(request)),
+            detok=IncrementalDetokenizer(self.tokenizer, ids), on_token=on_token, on_done=on_done,
+            session_id=session_id, end_session=end_session,
+            logprobs=[] if options.top_logprobs is not None else None,
         )
+        if arrival_step is not None:
+            seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
         with self._wake:
-            self._inbox.append(active)
+            if session_id is not None:
+                if session_id in self._sessions_in_flight:
+                    raise ValueError(f"session {session_id!r} already has a request in flight")
+                self._sessions_in_flight.add(session_id)
+            self._inbox.append(seq)
+            self._live[seq.request_id] = seq
             self._wake.notify()
-        return handle
+        return RequestHandle(seq.request_id, ids, seq)
 
-    def generate(self, request: GenerateRequest) -> GenerateResult:
+    def generate(self, request: GenerateRequest, **kwargs) -> GenerateResult:
         done: queue.Queue = queue.Queue()
-        self.submit(request, on_done=lambda result, error: done.put((result, error)))
+        self.submit(request, on_done=lambda result, error: done.put((result, error)), **kwargs)
         result, error = done.get()
         if error is not None:
             raise error
         return result
 
-    def stream(self, request: GenerateRequest) -> Iterator[GenerateToken]:
+    def stream(self, request: GenerateRequest, **kwargs) -> Iterator[GenerateToken]:
         """Yield tokens as they are produced; closing the iterator cancels the request."""
         events: queue.Queue = queue.Queue()
-        handle = self.submit(request, on_token=events.put, on_done=lambda result, error: events.put((result, error)))
+        handle = self.submit(request, on_token=events.put,
+                             on_done=lambda result, error: events.put((result, error)), **kwargs)
         try:
             while True:
                 event = events.get()
@@ -146,6 +176,28 @@ class Engine:
         finally:
             handle.cancel()
 
+    def generate_scheduled(self, arrivals: list[ScheduledGenerateArrival]) -> list[PrioritizedGenerateResult]:
+        """Run requests that become visible at given step counts; results in the order given."""
+        done: queue.Queue = queue.Queue()
+        base = self.steps
+        for index, arrival in enumerate(arrivals):
+            r = arrival.request
+            self.submit(r.request, priority=r.priority, session_id=r.session_id,
+                        arrival_step=base + arrival.arrival_step,
+                        on_done=lambda result, error, i=index: done.put((i, result, error)))
+        results: list = [None] * len(arrivals)
+        for _ in arrivals:
+            i, result, error = done.get()
+            if error is not None:
+                raise error
+            results[i] = PrioritizedGenerateResult(arrivals[i].request.session_id, result)
+        return results
+
+    def close_session(self, session_id: str) -> None:
+        with self._wake:
+            self._commands.append(session_id)
+            self._wake.notify()
+
     def close(self) -> None:
         with self._wake:
             self._closing = True
@@ -156,76 +208,130 @@ class Engine:
 
     def _run(self) -> None:
         try:
-            while True:
-                with self._wake:
-                    while not self._inbox and not self._active and not self._closing:
-                        self._wake.wait()
-                    if self._closing:
-                        break
-                    self._active.extend(self._inbox)
-                    self._inbox.clear()
-                for seq in list(self._active):
-                    self._advance(seq)
-                self.steps += 1
+            while self._take_inbox():
+                self._step()
         except BaseException as exc:  # noqa: BLE001 - reported to every waiting request
             self.error = exc
         finally:
-            with self._wake:
-                waiting = self._active + list(self._inbox)
-                self._active, self._inbox = [], deque()
             reason = self.error or EngineStopped("engine closed")
-            for seq in waiting:
-                self._notify_done(seq, None, reason)
+            with self._wake:
+                pending = list(self._live.values())
+            for seq in pending:
+                self._notify(seq, None, reason)
 
-    def _advance(self, seq: _Active) -> None:
-        if seq.handle.cancel_requested.is_set():
+    def _take_inbox(self) -> bool:
+        """Move new requests to the scheduler; block while idle. False when closing."""
+        sched = self.scheduler
+        with self._wake:
+            while not (self._inbox or self._commands or sched.has_work() or sched.scheduled or self._closing):
+                self._wake.wait()
+            if self._closing:
+                return False
+            while self._inbox:
+                sched.add(self._inbox.popleft())
+            while self._commands:
+                self.kv.close_session(self._commands.popleft())
+        if not sched.has_work() and sched.scheduled:
+            self.stats.steps = max(self.stats.steps, sched.next_arrival_step())  # idle: jump to the next arrival
+        return True
+
+    def _step(self) -> None:
+        sched = self.scheduler
+        for seq in [s for s in sched.running + sched.waiting + sched.scheduled if s.cancel_requested]:
             self._finish(seq, FinishReason.CANCELLED)
-            return
+        plan = sched.schedule(self.stats.steps)
+        self.stats.preemptions = sched.num_preemptions
+        for seq in plan.out_of_pages:
+            self._finish(seq, FinishReason.LENGTH)
+        finished: list[tuple[Sequence, FinishReason]] = []
+        if plan.decode:
+            self._decode(plan.decode, finished)
+        for seq, n in plan.prefill:
+            self._prefill(seq, n, finished)
+        for seq, reason in finished:
+            self._finish(seq, reason)
+        self.stats.steps += 1
+        self.on_step(self)
+
+    def _decode(self, rows: list[Sequence], finished: list) -> None:
+        running = self.scheduler.running
+        ids = np.zeros((len(running), 1), np.int64)
+        seqlens = np.empty(len(running), np.int32)
+        for slot, seq in enumerate(running):
+            # A row still in its prompt gets a dummy token at its next position: the
+            # prompt chunk that follows overwrites it, and nothing reads it before.
+            seqlens[slot] = seq.num_computed
+            if seq.is_decoding:
+                ids[slot, 0] = seq.tokens[-1]
+        logits, _ = self.decoder.run(0, ids, seqlens)
+        self.stats.decode_steps += 1
+        self.stats.decode_log.append(tuple(s.request_id for s in rows))
+        fast = [s for s in rows if s.sampler.plain_greedy()]
+        if fast:
+            best = np.argmax(logits[[s.slot for s in fast], 0], axis=-1)
+            choices = {id(s): TokenChoice(int(t), None) for s, t in zip(fast, best)}
+            for s, t in zip(fast, best):
+                s.sampler.record(int(t))
+        else:
+            choices = {}
+        for seq in rows:
+            seq.num_computed += 1
+            self.kv.commit_full_pages(seq)
+            choice = choices.get(id(seq)) or seq.sampler.choose(logits[seq.slot, 0])
+            self._emit(seq, choice, finished)
+
+    def _prefill(self, seq: Sequence, n: int, finished: list) -> None:
+        start = seq.num_computed
+        chunk = np.array([seq.tokens[start:start + n]], np.int64)
+        logits, _ = self.decoder.run(seq.slot, chunk, np.array([start + n - 1], np.int32))
+        self.stats.prefill_calls += 1
+        seq.num_computed += n
+        self.kv.commit_full_pages(seq)
+        if seq.num_computed == seq.prefill_target and seq.num_generated == 0:
+            self._emit(seq, seq.sampler.choose(logits[0, -1]), finished)
+
+    def _emit(self, seq: Sequence, choice: TokenChoice, finished: list) -> None:
+        token = choice.token_id
+        seq.tokens.append(token)
+        now = time.monotonic()
+        if seq.first_token_at is None:
+            seq.first_token_at, seq.first_token_step = now, self.stats.steps
+        seq.last_token_at = now
+        text, reason = seq.stopper.add(token, seq.detok.add(token))
+        if seq.logprobs is not None:
+            seq.logprobs.append(choice.logprob)
         try:
-            token = self._forward_and_choose(seq)
-            if token is None:
-                return
-            text, reason = seq.stopper.add(token.token_id, seq.detok.add(token.token_id))
-            if seq.logprobs is not None:
-                seq.logprobs.append(token.logprob)
             if seq.on_token is not None:
-                seq.on_token(GenerateToken(token.token_id, text, reason, token.logprob))
-        except Exception as exc:  # noqa: BLE001 - this request fails alone
-            self._active.remove(seq)
-            self._notify_done(seq, None, exc)
+                seq.on_token(GenerateToken(token, text, reason, choice.logprob))
+        except Exception as exc:  # noqa: BLE001 - the caller's callback fails its own request only
+            finished.append((seq, exc))
             return
         if reason is not None:
-            self._finish(seq, reason)
+            finished.append((seq, reason))
+
+    def _finish(self, seq: Sequence, outcome) -> None:
+        """End a sequence with a FinishReason, or fail it with an exception."""
+        sched = self.scheduler
+        if seq.status == Status.FINISHED:
+            return
+        if seq.status == Status.RUNNING:
+            keep = seq.session_id is not None and not seq.end_session and isinstance(outcome, FinishReason)
+            sched.remove(seq, keep_session=keep)
         else:
-            seq.pending = [token.token_id]
+            (sched.waiting if seq in sched.waiting else sched.scheduled).remove(seq)
+            if seq.session_id and seq.end_session:
+                self.kv.close_session(seq.session_id)
+        if isinstance(outcome, FinishReason):
+            self._notify(seq, seq.result(outcome), None)
+        else:
+            self._notify(seq, None, outcome)
 
-    def _forward_and_choose(self, seq: _Active):
-        chunk = seq.pending[: self.config.prefill_chunk]
-        seq.pending = seq.pending[len(chunk):]
-        n = len(chunk)
-        logits, seq.past, _ = self.runner.forward(
-            np.array([chunk], dtype=np.int64),
-            np.ones((1, seq.position + n), dtype=np.int64),
-            np.arange(seq.position, seq.position + n, dtype=np.int64)[None, :],
-            seq.past,
-        )
-        seq.position += n
-        if seq.pending:
-            return None  # more prompt to prefill
-        return seq.sampler.choose(logits[0, -1])
-
-    def _finish(self, seq: _Active, reason: FinishReason) -> None:
-        self._active.remove(seq)
-        st = seq.stopper
-        result = GenerateResult(
-            text=st.text, token_ids=list(st.token_ids), finish_reason=reason,
-            logprobs=seq.logprobs, num_prompt_tokens=len(seq.handle.prompt_ids),
-        )
-        self._notify_done(seq, result, None)
-
-    @staticmethod
-    def _notify_done(seq: _Active, result, error) -> None:
-        seq.past = []
+    def _notify(self, seq: Sequence, result, error) -> None:
+        seq.status = Status.FINISHED
+        with self._wake:
+            self._live.pop(seq.request_id, None)
+            if seq.session_id is not None:
+                self._sessions_in_flight.discard(seq.session_id)
         if seq.on_done is not None:
             try:
                 seq.on_done(result, error)

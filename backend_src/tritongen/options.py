@@ -133,11 +133,58 @@ class GenerateResult:
 
 
 @dataclass
+class SchedulerConfig:
+    max_num_seqs: int = 16
+    # Tokens per step: one per decoding sequence, the rest for prompt chunks.
+    max_num_batched_tokens: int = 256
+    policy: str = "priority"  # or "fcfs"
+
+    def validate(self) -> None:
+        if self.max_num_seqs <= 0:
+            raise ValueError("max_num_seqs must be greater than zero")
+        if self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_batched_tokens must be greater than zero")
+        if self.policy not in ("priority", "fcfs"):
+            raise ValueError(f"scheduler policy must be 'priority' or 'fcfs', got {self.policy!r}")
+
+
+@dataclass
 class EngineConfig:
     num_gpu_pages: int = 1024
     page_size: int = 16
-    # Prompt tokens per prefill call; bounds the attention working set.
-    prefill_chunk: int = 256
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Longest sequence a slot holds (prompt + generated); capped by the model's context.
+    max_model_len: int = 2048
     intra_op_threads: int = 0
     # onnxruntime execution providers in order of preference; empty: CUDA if available, else CPU.
     execution_providers: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.num_gpu_pages <= 0:
+            raise ValueError("num_gpu_pages must be greater than zero")
+        if self.page_size <= 0:
+            raise ValueError("page_size must be greater than zero")
+        if self.max_model_len <= 1:
+            raise ValueError("max_model_len must be greater than one")
+        self.scheduler.validate()
+
+
+@dataclass
+class PrioritizedGenerateRequest:
+    request: GenerateRequest
+    priority: Priority = Priority.NORMAL
+    session_id: Optional[str] = None
+
+
+@dataclass
+class ScheduledGenerateArrival:
+    """A request the engine sees only once it has run `arrival_step` steps (deterministic scheduler tests)."""
+
+    arrival_step: int
+    request: PrioritizedGenerateRequest
+
+
+@dataclass
+class PrioritizedGenerateResult:
+    session_id: Optional[str]
+    result: GenerateResult

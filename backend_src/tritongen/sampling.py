@@ -46,6 +46,12 @@ class RequestSampler:
             self.output_counts = np.zeros(vocab_size, dtype=np.int32)
         self.num_generated = 0
 
+    def plain_greedy(self) -> bool:
+        """Argmax of the raw logits is the answer: the batch can take it in one vectorised call."""
+        o = self.options
+        return (self.greedy and not self.uses_penalties and o.top_logprobs is None
+                and (self.num_generated >= o.min_length or self.eos_token_id is None))
+
     def record(self, token_id: int) -> None:
         self.num_generated += 1
         if self.uses_penalties and 0 <= token_id < self.vocab_size:

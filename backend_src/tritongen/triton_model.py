@@ -13,7 +13,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .engine import Engine, EngineStopped
-from .options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
+from .generator_settings import parse_settings
+from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
 from .request_inputs import ParsedRequest, RequestError, parse_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -98,18 +99,12 @@ class TritonPythonModel:
         self.model_config = json.loads(args["model_config"])
         if not pb_utils.using_decoupled_model_transaction_policy(self.model_config):
             raise pb_utils.TritonModelException("generator must use the decoupled transaction policy")
-        params = _parameters(self.model_config)
-        repository = Path(args["model_repository"]).parent
-        target = repository / params.get("target_model", "target")
-        config = EngineConfig(
-            prefill_chunk=int(params.get("prefill_chunk", EngineConfig.prefill_chunk)),
-            intra_op_threads=int(params.get("intra_op_threads", 0)),
-            execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
-        )
-        self.defaults = {"max_tokens": int(params.get("default_max_tokens", GenerateOptions.max_new_tokens))}
+        settings = parse_settings(_parameters(self.model_config))
+        target = Path(args["model_repository"]).parent / settings.target_model
+        self.defaults = settings.defaults
         self.input_names = [i["name"] for i in self.model_config["input"]]
         self.logger = pb_utils.Logger
-        self.engine = Engine(target, config)
+        self.engine = Engine(target, settings.engine)
         warm = self.engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2)))
         self.logger.log_info(f"generator ready: target {target.name}, warm-up produced {len(warm.token_ids)} tokens")
 

@@ -1,0 +1,159 @@
+"""Ties the slot KV of running sequences to the page store: reservation, prefix reuse, sessions.
+
+Pages are the accounting unit (a running sequence holds pages for every
+computed token) and the host-side copy of KV: a page is written from the
+slot once it is full, then registered in the prefix trie so later requests
+(or this one, after preemption) copy it back instead of recomputing.
+A finished session keeps its pages pinned, partial last page included.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..kv_slots import SlotDecoder
+from ..sequence import Sequence
+from .page_pool import PagePool
+from .prefix_cache import PrefixCache
+
+
+@dataclass
+class SessionPin:
+    tokens: list[int]  # tokens whose KV the pages hold
+    pages: list[int]
+
+
+class KvManager:
+    def __init__(self, pool: PagePool, slots: SlotDecoder):
+        self.pool = pool
+        self.cache = PrefixCache(pool)
+        self.slots = slots
+        self.sessions: OrderedDict[str, SessionPin] = OrderedDict()
+        self.prefix_hit_tokens = 0
+
+    @property
+    def page_size(self) -> int:
+        return self.pool.page_size
+
+    def pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    # ---- admission -----------------------------------------------------------
+
+    def reusable(self, seq: Sequence) -> tuple[list[int], int, object]:
+        """(pages holding reusable KV, tokens reused, trie node or session pin) for a sequence about to run.
+
+        With a session pin the last page may be partly reused (its tail is
+        copied to the slot, the page itself is not kept: the new turn writes there).
+        """
+        limit = seq.prefill_target - 1  # at least one token is computed, for its logits
+        pin = self.sessions.get(seq.session_id) if seq.session_id else None
+        if pin is not None:
+            common = 0
+            for a, b in zip(pin.tokens, seq.tokens[:limit]):
+                if a != b:
+                    break
+                common += 1
+            return pin.pages[: self.pages_for(common)], common, pin
+        pages, node = self.cache.match(seq.tokens[:limit])
+        return pages, len(pages) * self.page_size, node
+
+    def pages_needed(self, seq: Sequence) -> int:
+        """Pages admission must find free (beyond reused ones), with room for the first decoded token."""
+        pages, reused, source = self.reusable(seq)
+        if isinstance(source, SessionPin):
+            return self.pages_for(seq.prefill_target + 1) - reused // self.page_size
+        idle_reused = sum(1 for p in pages if self.pool.is_idle_cached(p))
+        return self.pages_for(seq.prefill_target + 1) - len(pages) + idle_reused
+
+    def can_admit(self, seq: Sequence) -> bool:
+        idle_session_pages = sum(1 for pin in self.sessions.values() if pin is not self.sessions.get(seq.session_id)
+                                 for p in pin.pages if self.pool.refcount[p] == 1)
+        return self.pages_needed(seq) <= self.pool.num_available() + idle_session_pages
+
+    def admit(self, seq: Sequence, slot: int) -> None:
+        """Place a sequence in `slot`: copy in the KV that exists, reserve pages for the rest of its prompt."""
+        pages, reused, source = self.reusable(seq)
+        for i, page in enumerate(pages):
+            start = i * self.page_size
+            self.slots.write(slot, start, self.pool.data[page][:, :, :, : min(self.page_size, reused - start)])
+        if isinstance(source, SessionPin):
+            del self.sessions[seq.session_id]
+            keep = reused // self.page_size  # full pages stay valid; a partial one will be rewritten
+            for page in source.pages[keep:]:
+                self.pool.release(page, page in self.cache)
+            pages, node = pages[:keep], None
+        else:
+            for page in pages:
+                self.pool.acquire(page)
+            node = source
+        seq.slot, seq.pages, seq.num_cached_pages, seq.cache_node = slot, list(pages), len(pages), node
+        seq.num_computed = reused
+        if seq.num_preemptions == 0:
+            seq.prefix_hit_len = reused
+        self.prefix_hit_tokens += reused
+        if not self.reserve(seq, seq.prefill_target):
+            raise RuntimeError("admission found fewer free pages than can_admit promised")
+
+    def reserve(self, seq: Sequence, num_tokens: int) -> bool:
+        """Make the page table cover `num_tokens`; False (nothing held back) if the pool runs dry."""
+        while len(seq.pages) < self.pages_for(num_tokens):
+            page = self.pool.allocate()
+            if page is None:
+                page = self._evict_session_and_allocate()
+            if page is None:
+                return False
+            seq.pages.append(page)
+        return True
+
+    def _evict_session_and_allocate(self) -> int | None:
+        while self.sessions:
+            _, pin = self.sessions.popitem(last=False)
+            for page in pin.pages:
+                self.pool.release(page, page in self.cache)
+            page = self.pool.allocate()
+            if page is not None:
+                return page
+        return None
+
+    # ---- while running -------------------------------------------------------
+
+    def commit_full_pages(self, seq: Sequence) -> None:
+        """Copy newly completed pages from the slot to the store and offer them to the prefix trie."""
+        ps = self.page_size
+        full = seq.num_computed // ps
+        while seq.num_cached_pages < full:
+            i = seq.num_cached_pages
+            page = seq.pages[i]
+            self.pool.data[page] = self.slots.read(seq.slot, i * ps, (i + 1) * ps)
+            if seq.cache_node is not None:
+                node = self.cache.insert(seq.cache_node, tuple(seq.tokens[i * ps:(i + 1) * ps]), page)
+                seq.cache_node = node
+            seq.num_cached_pages += 1
+
+    def release(self, seq: Sequence, keep_session: bool) -> None:
+        """A sequence leaves its slot: pin its KV for its session, or hand pages back to the pool."""
+        self.commit_full_pages(seq)
+        if keep_session and seq.session_id and seq.num_computed:
+            ps = self.page_size
+            tail = seq.num_computed % ps
+            kept = self.pages_for(seq.num_computed)
+            if tail:
+                page = seq.pages[kept - 1]
+                self.pool.data[page][:, :, :, :tail] = self.slots.read(seq.slot, (kept - 1) * ps, seq.num_computed)
+            for page in seq.pages[kept:]:
+                self.pool.release(page, page in self.cache)
+            self.sessions[seq.session_id] = SessionPin(seq.tokens[: seq.num_computed], seq.pages[:kept])
+        else:
+            for page in seq.pages:
+                self.pool.release(page, page in self.cache)
+        seq.pages, seq.num_cached_pages, seq.cache_node, seq.num_computed = [], 0, None, 0
+
+    def close_session(self, session_id: str) -> bool:
+        pin = self.sessions.pop(session_id, None)
+        if pin is None:
+            return False
+        for page in pin.pages:
+            self.pool.release(page, page in self.cache)
+        return True

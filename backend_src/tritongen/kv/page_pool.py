@@ -1,0 +1,87 @@
+"""A fixed pool of KV pages with reference counts and LRU reuse of cached pages.
+
+A page holds `page_size` tokens of KV for every layer. A page whose count
+drops to zero but whose content the prefix cache knows stays readable
+until the pool needs it (least recently released first), so repeated
+prefixes are copied back instead of recomputed.
+
+Layout of `data`: [page, layer, key|value, kv_head, token, head_dim]. A
+quantized dtype adds `scales` [page, layer, key|value, kv_head, token]
+(one scale per token and head, so appending never requantises).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Callable
+
+import numpy as np
+
+
+class PagePool:
+    def __init__(self, num_pages: int, page_size: int, num_layers: int, num_kv_heads: int, head_dim: int):
+        if num_pages <= 0 or page_size <= 0:
+            raise ValueError("num_gpu_pages and page_size must be greater than zero")
+        self.num_pages, self.page_size = num_pages, page_size
+        self.data = np.zeros((num_pages, num_layers, 2, num_kv_heads, page_size, head_dim), np.float32)
+        self.refcount = np.zeros(num_pages, np.int32)
+        self._free: deque[int] = deque(range(num_pages))
+        self._cached_idle: OrderedDict[int, None] = OrderedDict()  # refcount 0, content kept; LRU first
+        self.on_reuse: Callable[[int], None] = lambda page: None  # tells the prefix cache a page is gone
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.data[0].nbytes // self.page_size
+
+    def num_available(self) -> int:
+        return len(self._free) + len(self._cached_idle)
+
+    def num_used(self) -> int:
+        return self.num_pages - self.num_available()
+
+    def is_idle_cached(self, page: int) -> bool:
+        return page in self._cached_idle
+
+    def allocate(self) -> int | None:
+        """A page with refcount 1, or None when every page is referenced."""
+        if self._free:
+            page = self._free.popleft()
+        elif self._cached_idle:
+            page, _ = self._cached_idle.popitem(last=False)
+            self.on_reuse(page)
+        else:
+            return None
+        self.refcount[page] = 1
+        return page
+
+    def acquire(self, page: int) -> None:
+        if self.refcount[page] == 0:
+            self._cached_idle.pop(page, None)
+        self.refcount[page] += 1
+
+    def release(self, page: int, cached: bool) -> None:
+        """Drop one reference; an unreferenced page stays readable if the prefix cache holds it."""
+        self.refcount[page] -= 1
+        if self.refcount[page] < 0:
+            raise RuntimeError(f"page {page} released more often than acquired")
+        if self.refcount[page] == 0:
+            if cached:
+                self._cached_idle[page] = None
+            else:
+                self._free.append(page)
+
+    def forget(self, page: int) -> None:
+        """The prefix cache dropped this page: if nobody references it, it is plain free space."""
+        if self._cached_idle.pop(page, "absent") is None:
+            self._free.append(page)
+
+    def writable(self, page: int) -> int | None:
+        """Copy-on-write: a page shared with others is copied before it is written."""
+        if self.refcount[page] == 1:
+            return page
+        copy = self.allocate()
+        if copy is None:
+            return None
+        self.data[copy] = self.data[page]
+        self.refcount[page] -= 1
+        return copy

@@ -1,0 +1,134 @@
+"""Which sequences run in the next step: admission, priorities, preemption, the token budget.
+
+Every step decodes one token for each running sequence that is past its
+prompt, then spends what is left of `max_num_batched_tokens` on prompt
+chunks, so running streams keep flowing while long prompts prefill.
+Higher priority is admitted first; when slots or pages run out, a waiting
+request of higher priority preempts the lowest-priority, newest running
+sequence. A preempted sequence keeps its tokens and returns to the queue;
+its full pages stay in the prefix cache, so re-admission copies back what
+survived and recomputes only the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .kv.manager import KvManager
+from .options import Priority, SchedulerConfig
+from .sequence import Sequence, Status
+
+
+@dataclass
+class StepPlan:
+    decode: list[Sequence] = field(default_factory=list)
+    prefill: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
+    preempted: list[Sequence] = field(default_factory=list)
+    out_of_pages: list[Sequence] = field(default_factory=list)  # alone and still no page: ends with `length`
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KvManager):
+        config.validate()
+        self.config = config
+        self.kv = kv
+        self.scheduled: list[Sequence] = []  # not yet arrived (ScheduledGenerateArrival)
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []  # index == slot
+        self.num_preemptions = 0
+
+    def _rank(self, seq: Sequence) -> tuple:
+        """Sort key: first in line is smallest."""
+        if self.config.policy == "fcfs":
+            return (seq.arrival,)
+        return (-seq.priority.value, seq.arrival)
+
+    def add(self, seq: Sequence) -> None:
+        if seq.status == Status.SCHEDULED:
+            self.scheduled.append(seq)
+        else:
+            self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def next_arrival_step(self) -> int | None:
+        return min((s.arrival_step for s in self.scheduled), default=None)
+
+    def arrive(self, step: int) -> None:
+        for seq in [s for s in self.scheduled if s.arrival_step <= step]:
+            self.scheduled.remove(seq)
+            seq.status = Status.WAITING
+            self.waiting.append(seq)
+
+    # ---- admission and preemption ------------------------------------------
+
+    def _victim(self, below: Priority | None) -> Sequence | None:
+        """The lowest-priority, newest running sequence (strictly below `below` when given)."""
+        candidates = [s for s in self.running if below is None or s.priority.value < below.value]
+        if self.config.policy == "fcfs" and below is not None:
+            return None
+        return max(candidates, key=lambda s: (-s.priority.value, s.arrival), default=None)
+
+    def preempt(self, seq: Sequence, plan: StepPlan) -> None:
+        self.remove(seq, keep_session=False)
+        seq.status = Status.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.append(seq)
+        plan.preempted.append(seq)
+
+    def remove(self, seq: Sequence, keep_session: bool) -> None:
+        """Take a sequence out of the running batch; the last row moves into its slot."""
+        slot = seq.slot
+        self.kv.release(seq, keep_session)
+        last = self.running.pop()
+        if last is not seq:
+            self.kv.slots.move(last.slot, slot, last.num_computed)
+            last.slot = slot
+            self.running[slot] = last
+        seq.slot = None
+
+    def _admit(self, plan: StepPlan) -> None:
+        self.waiting.sort(key=self._rank)
+        while self.waiting:
+            seq = self.waiting[0]
+            fits = len(self.running) < self.config.max_num_seqs and self.kv.can_admit(seq)
+            if not fits:
+                victim = self._victim(below=seq.priority)
+                if victim is None:
+                    break
+                self.preempt(victim, plan)
+                continue
+            self.waiting.pop(0)
+            seq.status = Status.RUNNING
+            self.kv.admit(seq, len(self.running))
+            self.running.append(seq)
+
+    def schedule(self, step: int) -> StepPlan:
+        plan = StepPlan()
+        self.arrive(step)
+        self._admit(plan)
+        # Decode rows need a page for the token they add; when the pool is dry the newest,
+        # lowest-priority sequence steps back (possibly the one asking).
+        for seq in sorted(self.running, key=self._rank):
+            if seq.status != Status.RUNNING or not seq.is_decoding:
+                continue
+            while not self.kv.reserve(seq, seq.num_computed + 1):
+                victim = self._victim(below=None)
+                if victim is seq and len(self.running) == 1:
+                    plan.out_of_pages.append(seq)
+                    break
+                self.preempt(victim, plan)
+                if victim is seq:
+                    break
+        plan.decode = [s for s in self.running if s.is_decoding and s not in plan.out_of_pages]
+        budget = self.config.max_num_batched_tokens - len(plan.decode)
+        for seq in sorted(self.running, key=self._rank):
+            if budget <= 0:
+                break
+            if not seq.is_decoding:
+                n = min(seq.prefill_target - seq.num_computed, budget)
+                plan.prefill.append((seq, n))
+                budget -= n
+        return plan

@@ -1,0 +1,79 @@
+"""One request's state inside the engine: tokens, KV placement, decoding helpers, timings."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Optional
+
+from .kv.prefix_cache import Node
+from .options import FinishReason, GenerateResult, GenerateToken, Priority, TokenLogprob
+from .sampling import RequestSampler
+from .stopping import StopChecker
+from .tokenizer import IncrementalDetokenizer
+
+TokenCallback = Callable[[GenerateToken], None]
+DoneCallback = Callable[[Optional[GenerateResult], Optional[BaseException]], None]
+
+
+class Status(Enum):
+    SCHEDULED = "scheduled"  # waits for its arrival step
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: int
+    prompt_ids: list[int]
+    priority: Priority
+    arrival: int  # admission order within a priority (FCFS)
+    sampler: RequestSampler
+    stopper: StopChecker
+    detok: IncrementalDetokenizer
+    on_token: TokenCallback | None
+    on_done: DoneCallback | None
+    session_id: str | None = None
+    end_session: bool = False
+    arrival_step: int = 0
+    tokens: list[int] = field(default_factory=list)
+    num_computed: int = 0  # leading tokens whose KV is in the slot
+    pages: list[int] = field(default_factory=list)  # page table covering the computed tokens
+    num_cached_pages: int = 0  # leading pages registered in the prefix cache
+    cache_node: Node | None = None
+    slot: int | None = None
+    status: Status = Status.WAITING
+    prefix_hit_len: int = 0
+    logprobs: list[TokenLogprob] | None = None
+    num_preemptions: int = 0
+    cancel_requested: bool = False
+    created_at: float = field(default_factory=time.monotonic)
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    first_token_step: int | None = None
+    last_token_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.tokens = list(self.prompt_ids)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - len(self.prompt_ids)
+
+    @property
+    def prefill_target(self) -> int:
+        """Tokens whose KV must exist before the next decode: all but a sampled, unfed last token."""
+        return len(self.tokens) - (1 if self.num_generated else 0)
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_generated > 0 and self.num_computed == len(self.tokens) - 1
+
+    def result(self, reason: FinishReason) -> GenerateResult:
+        return GenerateResult(
+            text=self.stopper.text, token_ids=list(self.stopper.token_ids), finish_reason=reason,
+            prefix_cache_hit_len=self.prefix_hit_len, logprobs=self.logprobs,
+            num_prompt_tokens=len(self.prompt_ids),
+        )
