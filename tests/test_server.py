@@ -142,3 +142,53 @@ def test_cancelled_stream_stops_generating(server):
     assert generated < 200
     status, text = post(server, "/v2/models/generator/generate", {"text_input": "Hello", "max_tokens": 2})
     assert status == 200
+
+
+def test_session_turn_reuses_kv_and_reports_prefix_hit(server):
+    first = {"text_input": "My name is Ada and I like to", "max_tokens": 5, "session_id": "chat-7",
+             "exclude_input_in_output": True}
+    status, text = post(server, "/v2/models/generator/generate", first)
+    assert status == 200, text
+    out1 = json.loads(text)
+    follow = {"text_input": first["text_input"] + out1["text_output"] + " What is my name?", "max_tokens": 4,
+              "session_id": "chat-7", "end_session": True}
+    status, text = post(server, "/v2/models/generator/generate", follow)
+    out2 = json.loads(text)
+    assert status == 200 and out2["prefix_cache_hit_len"] >= out1["num_input_tokens"]
+    status, text = post(server, "/v2/models/generator/generate", {"text_input": "hi", "priority": "urgent"})
+    assert status == 400 and "priority" in json.loads(text)["error"]
+
+
+def scrape(server) -> dict[str, float]:
+    with urllib.request.urlopen(server.url_metrics, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    values: dict[str, float] = {}
+    for line in lines:
+        if line.startswith("tritongen:"):
+            name_labels, value = line.rsplit(" ", 1)
+            name = name_labels.split("{")[0]
+            values[name] = values.get(name, 0.0) + float(value)
+    return values
+
+
+def test_metrics_families_report_plausible_values(server):
+    for _ in range(2):
+        status, _ = post(server, "/v2/models/generator/generate", {"text_input": "Tell me a joke", "max_tokens": 6})
+        assert status == 200
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        m = scrape(server)
+        if m.get("tritongen:request_success_total", 0) >= 2 and "tritongen:kv_pages_free" in m:
+            break
+        time.sleep(0.3)
+    assert m["tritongen:prompt_tokens_total"] >= 8
+    assert m["tritongen:generation_tokens_total"] >= 12
+    assert m["tritongen:request_success_total"] >= 2
+    assert "tritongen:prefix_cache_hit_tokens_total" in m
+    for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds"):
+        assert m[f"tritongen:{hist}_count"] >= 2 and m[f"tritongen:{hist}_sum"] >= 0
+    assert m["tritongen:time_per_output_token_seconds_count"] >= 10
+    assert 0 < m["tritongen:e2e_request_latency_seconds_sum"] < 600
+    assert m["tritongen:kv_pages_free"] > 0 and m["tritongen:kv_pages_used"] >= 0
+    for gauge in ("num_requests_running", "num_requests_waiting", "num_requests_swapped"):
+        assert m[f"tritongen:{gauge}"] >= 0

@@ -296,7 +296,7 @@ class Engine:
         now = time.monotonic()
         if seq.first_token_at is None:
             seq.first_token_at, seq.first_token_step = now, self.stats.steps
-        seq.last_token_at = now
+        seq.token_times.append(now)
         text, reason = seq.stopper.add(token, seq.detok.add(token))
         if seq.logprobs is not None:
             seq.logprobs.append(choice.logprob)

@@ -123,6 +123,16 @@ class GenerateToken:
 
 
 @dataclass
+class RequestTiming:
+    """Ours, beyond the seed: what the metrics and benchmarks need, in seconds."""
+
+    queue: float = 0.0  # submission to first admission into the running batch
+    first_token: float = 0.0  # submission to first generated token
+    end_to_end: float = 0.0
+    inter_token: list[float] = field(default_factory=list)
+
+
+@dataclass
 class GenerateResult:
     text: str
     token_ids: list[TokenId]
@@ -130,6 +140,7 @@ class GenerateResult:
     prefix_cache_hit_len: int = 0
     logprobs: Optional[list[TokenLogprob]] = None
     num_prompt_tokens: int = 0
+    timing: RequestTiming = field(default_factory=RequestTiming)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .options import GenerateOptions, GenerateRequest
+from .options import GenerateOptions, GenerateRequest, Priority
 
 PROMPT_INPUTS = ("text_input", "input_ids", "messages")
 
@@ -25,8 +25,9 @@ _SCALARS = {
     "top_k": _INT, "min_p": _FLOAT, "repetition_penalty": _FLOAT, "frequency_penalty": _FLOAT,
     "presence_penalty": _FLOAT, "seed": _INT, "random_seed": _INT, "end_id": _INT, "ignore_eos": _BOOL,
     "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
-    "logprobs": _INT,
+    "logprobs": _INT, "end_session": _BOOL,
 }
+_STRINGS = {"priority", "session_id"}
 _SAMPLING_KEYS = {
     "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
     "frequency_penalty", "presence_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
@@ -49,6 +50,9 @@ class ParsedRequest:
     request: GenerateRequest
     mode: ResponseMode
     prompt_text: str | None  # the prompt as text; None when it came as input_ids
+    priority: Priority = Priority.NORMAL
+    session_id: str | None = None
+    end_session: bool = False
 
 
 def _coerce(name: str, kind: str, value):
@@ -145,7 +149,7 @@ def _string_list(name: str, value) -> list[str]:
 def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: dict, render_chat) -> ParsedRequest:
     """Build the engine request; `render_chat(messages)` comes from the model's tokenizer."""
     sampling = _sampling_parameters(tensors)
-    known_params = set(_SCALARS) | _SAMPLING_KEYS
+    known_params = set(_SCALARS) | _SAMPLING_KEYS | _STRINGS
     unknown = sorted(k for k in parameters if k not in known_params and not k.startswith("triton_"))
     if unknown:
         raise RequestError(f"unsupported request parameter(s): {', '.join(unknown)}")
@@ -251,4 +255,25 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
         stream=bool(get("stream", _BOOL)),
         exclude_input_in_output=bool(get("exclude_input_in_output", _BOOL)),
     )
-    return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text)
+    priority_name = _string_option("priority", tensors, parameters)
+    priority = Priority.NORMAL
+    if priority_name is not None:
+        try:
+            priority = Priority[priority_name.upper()]
+        except KeyError:
+            raise RequestError(f"priority must be low, normal or high, got {priority_name!r}") from None
+    session_id = _string_option("session_id", tensors, parameters)
+    if session_id is not None and not session_id:
+        raise RequestError("session_id must not be empty")
+    end_session = bool(get("end_session", _BOOL))
+    if end_session and session_id is None:
+        raise RequestError("end_session needs a session_id")
+    return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text, priority, session_id, end_session)
+
+
+def _string_option(name: str, tensors: dict, parameters: dict) -> str | None:
+    if name in tensors:
+        return _text(name, _scalar_tensor(name, tensors[name]))
+    if name in parameters:
+        return _text(f"parameter {name}", parameters[name])
+    return None

@@ -12,6 +12,7 @@ survived and recomputes only the rest.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .kv.manager import KvManager
@@ -102,6 +103,8 @@ class Scheduler:
                 continue
             self.waiting.pop(0)
             seq.status = Status.RUNNING
+            if seq.admitted_at is None:
+                seq.admitted_at = time.monotonic()
             self.kv.admit(seq, len(self.running))
             self.running.append(seq)
 

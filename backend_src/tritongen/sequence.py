@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+
+import numpy as np
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Optional
 
 from .kv.prefix_cache import Node
-from .options import FinishReason, GenerateResult, GenerateToken, Priority, TokenLogprob
+from .options import FinishReason, GenerateResult, GenerateToken, Priority, RequestTiming, TokenLogprob
 from .sampling import RequestSampler
 from .stopping import StopChecker
 from .tokenizer import IncrementalDetokenizer
@@ -53,7 +55,7 @@ class Sequence:
     admitted_at: float | None = None
     first_token_at: float | None = None
     first_token_step: int | None = None
-    last_token_at: float | None = None
+    token_times: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.tokens = list(self.prompt_ids)
@@ -75,5 +77,12 @@ class Sequence:
         return GenerateResult(
             text=self.stopper.text, token_ids=list(self.stopper.token_ids), finish_reason=reason,
             prefix_cache_hit_len=self.prefix_hit_len, logprobs=self.logprobs,
-            num_prompt_tokens=len(self.prompt_ids),
+            num_prompt_tokens=len(self.prompt_ids), timing=self.timing(),
         )
+
+    def timing(self) -> RequestTiming:
+        now = time.monotonic()
+        admitted = self.admitted_at if self.admitted_at is not None else now
+        first = self.first_token_at if self.first_token_at is not None else now
+        return RequestTiming(queue=admitted - self.created_at, first_token=first - self.created_at,
+                             end_to_end=now - self.created_at, inter_token=np.diff(self.token_times).tolist())

@@ -15,6 +15,7 @@ import triton_python_backend_utils as pb_utils
 from .engine import Engine, EngineStopped
 from .generator_settings import parse_settings
 from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
+from .triton_metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, parse_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -35,9 +36,12 @@ def _parameters(config: dict) -> dict[str, str]:
 class _Stream:
     """One request's response side: buffers ids until they carry text."""
 
-    def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer):
+    def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics):
         self.sender = sender
         self.num_generated = 0
+        self.prefix_hit_len = 0
+        self.text = ""  # streamed text not sent yet
+        self.metrics = metrics
         self.parsed = parsed
         self.prompt_ids = prompt_ids
         self.tokenizer = tokenizer
@@ -52,6 +56,8 @@ class _Stream:
             pb_utils.Tensor("num_input_tokens", np.array([len(self.prompt_ids)], dtype=np.uint32)),
             pb_utils.Tensor("num_output_tokens", np.array([len(ids)], dtype=np.uint32)),
         ]
+        if finish is not None:
+            tensors.append(pb_utils.Tensor("prefix_cache_hit_len", np.array([self.prefix_hit_len], dtype=np.uint32)))
         if self.parsed.request.options.top_logprobs is not None:
             entries = [
                 json.dumps({"id": lp.token_id, "text": self.tokenizer.decode([lp.token_id]), "logprob": lp.logprob,
@@ -70,14 +76,17 @@ class _Stream:
         if not self.parsed.mode.stream:
             return
         self.ids.append(token.token_id)
+        self.text += token.text
         if token.logprob is not None:
             self.logprobs.append(token.logprob)
-        if token.text or token.finish_reason is not None:
-            flags = FINAL if token.finish_reason is not None else 0
-            self.sender.send(self.response(token.text, self.ids, token.finish_reason, self.logprobs), flags=flags)
-            self.ids, self.logprobs = [], []
+        if token.text and token.finish_reason is None:  # the last piece goes out with the result, in on_done
+            self.sender.send(self.response(self.text, self.ids, None, self.logprobs))
+            self.ids, self.logprobs, self.text = [], [], ""
 
     def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
+        if result is not None:
+            self.prefix_hit_len = result.prefix_cache_hit_len
+            self.metrics.request_finished(result)
         if isinstance(error, ClientCancelled):
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self.sender.send(flags=FINAL)
@@ -90,8 +99,8 @@ class _Stream:
                 text = (prompt if prompt is not None else self.tokenizer.decode(self.prompt_ids)) + text
             self.sender.send(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []),
                              flags=FINAL)
-        elif result.finish_reason == FinishReason.CANCELLED:
-            self.sender.send(self.response("", [], result.finish_reason, []), flags=FINAL)
+        else:
+            self.sender.send(self.response(self.text, self.ids, result.finish_reason, self.logprobs), flags=FINAL)
 
 
 class TritonPythonModel:
@@ -105,6 +114,8 @@ class TritonPythonModel:
         self.input_names = [i["name"] for i in self.model_config["input"]]
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
+        self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]})
+        self.engine.on_step = self.metrics.engine_stepped
         warm = self.engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2)))
         self.logger.log_info(f"generator ready: target {target.name}, warm-up produced {len(warm.token_ids)} tokens")
 
@@ -125,11 +136,13 @@ class TritonPythonModel:
             parameters = json.loads(raw_params) if raw_params else {}
             parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat)
             prompt_ids = self.engine.tokenize_prompt(parsed.request)
-            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer)
+            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics)
             self.engine.submit(GenerateRequest(prompt_ids, parsed.request.options),
-                               on_token=stream.on_token, on_done=stream.on_done)
+                               on_token=stream.on_token, on_done=stream.on_done, priority=parsed.priority,
+                               session_id=parsed.session_id, end_session=parsed.end_session)
         except (RequestError, ValueError, EngineStopped) as exc:
             sender.send(_error(str(exc)), flags=FINAL)
 
     def finalize(self) -> None:
         self.engine.close()
+        self.metrics.close()

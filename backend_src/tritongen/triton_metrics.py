@@ -1,0 +1,105 @@
+"""Prometheus metrics through pb_utils.MetricFamily, named like the vLLM backend's under `tritongen:`.
+
+Each metric update is a call into the Triton backend, so updates run on
+their own thread, fed by a queue, never on the engine thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import triton_python_backend_utils as pb_utils
+
+from .options import GenerateResult
+
+_LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                    20.0, 40.0, 80.0]
+_TOKEN_BUCKETS = [0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                  1.0, 2.5]
+
+
+class GeneratorMetrics:
+    def __init__(self, labels: dict[str, str]):
+        def family(name, description, kind):
+            return pb_utils.MetricFamily(name=name, description=description, kind=kind)
+
+        counter, gauge, hist = pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.HISTOGRAM
+        self._families = {
+            "prompt": family("tritongen:prompt_tokens_total", "Number of prefill tokens processed.", counter),
+            "generation": family("tritongen:generation_tokens_total", "Number of generation tokens processed.", counter),
+            "success": family("tritongen:request_success_total", "Count of finished requests by finish reason.", counter),
+            "prefix": family("tritongen:prefix_cache_hit_tokens_total", "Prompt tokens whose KV was reused.", counter),
+            "ttft": family("tritongen:time_to_first_token_seconds", "Histogram of time to first token in seconds.", hist),
+            "tpot": family("tritongen:time_per_output_token_seconds", "Histogram of time per output token in seconds.", hist),
+            "e2e": family("tritongen:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", hist),
+            "queue": family("tritongen:request_queue_time_seconds", "Histogram of time spent waiting for admission.", hist),
+            "running": family("tritongen:num_requests_running", "Requests in the running batch.", gauge),
+            "waiting": family("tritongen:num_requests_waiting", "Requests waiting for admission.", gauge),
+            "swapped": family("tritongen:num_requests_swapped", "Preempted requests waiting to resume.", gauge),
+            "pages_used": family("tritongen:kv_pages_used", "KV pages referenced by requests or sessions.", gauge),
+            "pages_free": family("tritongen:kv_pages_free", "KV pages free or holding reusable cached prefixes.", gauge),
+        }
+        f = self._families
+        self.prompt = f["prompt"].Metric(labels=labels)
+        self.generation = f["generation"].Metric(labels=labels)
+        self.prefix = f["prefix"].Metric(labels=labels)
+        self.ttft = f["ttft"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
+        self.tpot = f["tpot"].Metric(labels=labels, buckets=_TOKEN_BUCKETS)
+        self.e2e = f["e2e"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
+        self.queue_time = f["queue"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
+        self.gauges = {k: f[k].Metric(labels=labels) for k in ("running", "waiting", "swapped", "pages_used", "pages_free")}
+        self._labels = labels
+        self._success: dict[str, object] = {}
+        self._queue: queue.Queue = queue.Queue()
+        self._last_gauges = 0.0
+        self._thread = threading.Thread(target=self._drain, name="tritongen-metrics", daemon=True)
+        self._thread.start()
+
+    def request_finished(self, result: GenerateResult) -> None:
+        self._queue.put(("result", result))
+
+    def engine_stepped(self, engine) -> None:
+        """Called on the engine thread after each step: snapshot the gauges a few times a second."""
+        now = time.monotonic()
+        if now - self._last_gauges < 0.2:
+            return
+        self._last_gauges = now
+        sched = engine.scheduler
+        self._queue.put(("gauges", {
+            "running": len(sched.running),
+            "waiting": sum(1 for s in sched.waiting if s.num_preemptions == 0),
+            "swapped": sum(1 for s in sched.waiting if s.num_preemptions > 0),
+            "pages_used": engine.pool.num_used(),
+            "pages_free": engine.pool.num_available(),
+        }))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            kind, value = item
+            if kind == "gauges":
+                for name, number in value.items():
+                    self.gauges[name].set(number)
+                continue
+            self._observe(value)
+
+    def _observe(self, result: GenerateResult) -> None:
+        reason = result.finish_reason.kind
+        if reason not in self._success:
+            self._success[reason] = self._families["success"].Metric(labels={**self._labels, "finished_reason": reason})
+        self._success[reason].increment(1)
+        self.prompt.increment(result.num_prompt_tokens)
+        self.generation.increment(len(result.token_ids))
+        self.prefix.increment(result.prefix_cache_hit_len)
+        t = result.timing
+        self.queue_time.observe(t.queue)
+        self.e2e.observe(t.end_to_end)
+        if result.token_ids:
+            self.ttft.observe(t.first_token)
+        for interval in t.inter_token:
+            self.tpot.observe(interval)
