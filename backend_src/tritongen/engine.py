@@ -23,10 +23,11 @@ import numpy as np
 
 from .kv.manager import KvManager
 from .kv.page_pool import PagePool
+from .kv_concat import ConcatSlotDecoder
 from .kv_slots import SlotDecoder
 from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResult, GenerateToken,
                       PrioritizedGenerateResult, Priority, ScheduledGenerateArrival)
-from .repository import onnx_path
+from .repository import model_input_names, onnx_path
 from .sampling import RequestSampler, TokenChoice
 from .scheduler import Scheduler
 from .sequence import DoneCallback, Sequence, Status, TokenCallback
@@ -58,6 +59,12 @@ class EngineStats:
     decode_log: deque = field(default_factory=lambda: deque(maxlen=4096))
 
 
+def open_slot_decoder(folder: Path, max_slots: int, max_len: int, threads: int, providers):
+    """The GroupQueryAttention layout when the model has it; the concat past/present fallback otherwise."""
+    kind = SlotDecoder if "seqlens_k" in model_input_names(folder) else ConcatSlotDecoder
+    return kind(onnx_path(folder), max_slots, max_len, threads, providers)
+
+
 class Engine:
     def __init__(self, model_folder: Path, config: EngineConfig | None = None):
         self.config = config or EngineConfig()
@@ -65,8 +72,8 @@ class Engine:
         model_folder = Path(model_folder)
         self.tokenizer = TextTokenizer(model_folder)
         self.max_len = min(self.config.max_model_len, self.tokenizer.max_position)
-        self.decoder = SlotDecoder(onnx_path(model_folder), self.config.scheduler.max_num_seqs, self.max_len,
-                                   self.config.intra_op_threads, self.config.execution_providers or None)
+        self.decoder = open_slot_decoder(model_folder, self.config.scheduler.max_num_seqs, self.max_len,
+                                         self.config.intra_op_threads, self.config.execution_providers or None)
         shape = self.decoder.shape
         self.vocab_size = shape.vocab_size
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
@@ -263,7 +270,7 @@ class Engine:
             seqlens[slot] = seq.num_computed
             if seq.is_decoding:
                 ids[slot, 0] = seq.tokens[-1]
-        logits, _ = self.decoder.run(0, ids, seqlens)
+        logits, _ = self.decoder.decode(ids, seqlens)
         self.stats.decode_steps += 1
         self.stats.decode_log.append(tuple(s.request_id for s in rows))
         fast = [s for s in rows if s.sampler.plain_greedy()]
@@ -283,7 +290,7 @@ class Engine:
     def _prefill(self, seq: Sequence, n: int, finished: list) -> None:
         start = seq.num_computed
         chunk = np.array([seq.tokens[start:start + n]], np.int64)
-        logits, _ = self.decoder.run(seq.slot, chunk, np.array([start + n - 1], np.int32))
+        logits, _ = self.decoder.prefill(seq.slot, chunk, start)
         self.stats.prefill_calls += 1
         seq.num_computed += n
         self.kv.commit_full_pages(seq)

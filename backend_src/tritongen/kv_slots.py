@@ -85,6 +85,17 @@ class SlotDecoder:
         extras = dict(zip(extra_outputs, binding.copy_outputs_to_cpu()[1:])) if extra_outputs else {}
         return logits, extras
 
+    def decode(self, input_ids: np.ndarray, seqlens_k: np.ndarray,
+               extra_outputs: tuple[str, ...] = ()) -> tuple[np.ndarray, dict]:
+        """One token for each of slots [0, rows); seqlens_k[r] is the row's length before it."""
+        return self.run(0, input_ids, seqlens_k, extra_outputs)
+
+    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int,
+                extra_outputs: tuple[str, ...] = ()) -> tuple[np.ndarray, dict]:
+        """A prompt chunk on one slot whose first `past_len` tokens are already computed."""
+        seqlens = np.array([past_len + input_ids.shape[1] - 1], np.int32)
+        return self.run(slot, input_ids, seqlens, extra_outputs)
+
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy a row's first `length` positions into another slot (a sequence changes rows)."""
         for buffers in (self.keys, self.values):
