@@ -21,6 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .constraints import ConstraintCompiler, MaskComputer, allowed_tokens
 from .kv.manager import KvManager
 from .kv.page_pool import PagePool
 from .kv_concat import ConcatSlotDecoder
@@ -91,6 +92,8 @@ class Engine:
         self._wake = threading.Condition()
         self._closing = False
         self.error: BaseException | None = None
+        self._compiler: ConstraintCompiler | None = None
+        self.masks = MaskComputer(self.vocab_size)
         self._thread = threading.Thread(target=self._run, name="tritongen-engine", daemon=True)
         self._thread.start()
 
@@ -137,6 +140,7 @@ class Engine:
             raise EngineStopped(f"engine is not running: {self.error!r}")
         ids = self.tokenize_prompt(request)
         options = request.options
+        matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None
         eos = options.eos_token_id if options.eos_token_id is not None else self.tokenizer.eos_token_id
         seq = Sequence(
             request_id=next(self._ids), prompt_ids=ids, priority=priority, arrival=next(self._arrivals),
@@ -144,7 +148,7 @@ class Engine:
             stopper=StopChecker(options, eos, len(ids), self.context_limit(request)),
             detok=IncrementalDetokenizer(self.tokenizer, ids), on_token=on_token, on_done=on_done,
             session_id=session_id, end_session=end_session,
-            logprobs=[] if options.top_logprobs is not None else None,
+            logprobs=[] if options.top_logprobs is not None else None, matcher=matcher,
         )
         if arrival_step is not None:
             seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
@@ -157,6 +161,14 @@ class Engine:
             self._live[seq.request_id] = seq
             self._wake.notify()
         return RequestHandle(seq.request_id, ids, seq)
+
+    def constraint_compiler(self) -> ConstraintCompiler:
+        """Built on first use: the llguidance tokenizer bridge takes about half a second."""
+        with self._wake:
+            if self._compiler is None:
+                self._compiler = ConstraintCompiler(self.tokenizer.json_text, self.vocab_size,
+                                                    self.tokenizer.eos_token_id)
+            return self._compiler
 
     def generate(self, request: GenerateRequest, **kwargs) -> GenerateResult:
         done: queue.Queue = queue.Queue()
@@ -210,6 +222,7 @@ class Engine:
             self._closing = True
             self._wake.notify()
         self._thread.join(timeout=30)
+        self.masks.close()
 
     # ---- engine thread ----------------------------------------------------
 
@@ -270,7 +283,10 @@ class Engine:
             seqlens[slot] = seq.num_computed
             if seq.is_decoding:
                 ids[slot, 0] = seq.tokens[-1]
+        constrained = [s for s in rows if s.matcher is not None]
+        masks = self.masks.start([s.matcher for s in constrained]) if constrained else None  # runs beside the model
         logits, _ = self.decoder.decode(ids, seqlens)
+        allowed = self._allowed(constrained, masks)
         self.stats.decode_steps += 1
         self.stats.decode_log.append(tuple(s.request_id for s in rows))
         fast = [s for s in rows if s.sampler.plain_greedy()]
@@ -284,21 +300,34 @@ class Engine:
         for seq in rows:
             seq.num_computed += 1
             self.kv.commit_full_pages(seq)
-            choice = choices.get(id(seq)) or seq.sampler.choose(logits[seq.slot, 0])
+            choice = choices.get(id(seq)) or seq.sampler.choose(logits[seq.slot, 0], allowed.get(id(seq)))
             self._emit(seq, choice, finished)
 
     def _prefill(self, seq: Sequence, n: int, finished: list) -> None:
         start = seq.num_computed
         chunk = np.array([seq.tokens[start:start + n]], np.int64)
+        samples = start + n == seq.prefill_target and seq.num_generated == 0
+        constrained = [seq] if samples and seq.matcher is not None else []
+        masks = self.masks.start([seq.matcher]) if constrained else None
         logits, _ = self.decoder.prefill(seq.slot, chunk, start)
+        allowed = self._allowed(constrained, masks)
         self.stats.prefill_calls += 1
         seq.num_computed += n
         self.kv.commit_full_pages(seq)
-        if seq.num_computed == seq.prefill_target and seq.num_generated == 0:
-            self._emit(seq, seq.sampler.choose(logits[0, -1]), finished)
+        if samples:
+            self._emit(seq, seq.sampler.choose(logits[0, -1], allowed.get(id(seq))), finished)
+
+    def _allowed(self, constrained: list[Sequence], masks) -> dict[int, np.ndarray]:
+        if not constrained:
+            return {}
+        words = masks.result()
+        return {id(s): allowed_tokens(words[i], self.vocab_size) for i, s in enumerate(constrained)}
 
     def _emit(self, seq: Sequence, choice: TokenChoice, finished: list) -> None:
         token = choice.token_id
+        if seq.matcher is not None and not seq.matcher.consume_token(token):
+            finished.append((seq, RuntimeError(f"constraint rejected token {token}: {seq.matcher.get_error()}")))
+            return
         seq.tokens.append(token)
         now = time.monotonic()
         if seq.first_token_at is None:

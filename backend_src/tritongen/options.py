@@ -6,6 +6,7 @@ user of the Rust engine finds the same knobs here.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from enum import Enum
@@ -22,6 +23,28 @@ class Priority(Enum):
     LOW = 0
     NORMAL = 1
     HIGH = 2
+
+
+CONSTRAINT_KINDS = ("json", "json_schema", "regex", "lark")
+
+
+@dataclass(frozen=True)
+class GenerateConstraint:
+    """The seed's GenerateConstraint: Json (any value), JsonSchema, Regex or Lark."""
+
+    kind: str
+    text: str = ""  # schema, pattern or grammar; empty for "json"
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONSTRAINT_KINDS:
+            raise ValueError(f"constraint kind must be one of {', '.join(CONSTRAINT_KINDS)}, got {self.kind!r}")
+
+    @staticmethod
+    def choice(options: list[str]) -> "GenerateConstraint":
+        """Exactly one of the given strings (vLLM's guided `choice`), as a Lark grammar."""
+        if not options or not all(isinstance(o, str) and o for o in options):
+            raise ValueError("choice needs a non-empty list of non-empty strings")
+        return GenerateConstraint("lark", "start: " + " | ".join(json.dumps(o) for o in options))
 
 
 @dataclass
@@ -41,6 +64,7 @@ class GenerateOptions:
     stop_on_eos: bool = True
     max_context: Optional[int] = None
     top_logprobs: Optional[int] = None
+    constraint: Optional[GenerateConstraint] = None
     # Ours, in addition to the seed: no EOS or stop before this many tokens.
     min_length: int = 0
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .options import GenerateOptions, GenerateRequest, Priority
+from .options import CONSTRAINT_KINDS, GenerateConstraint, GenerateOptions, GenerateRequest, Priority
 
 PROMPT_INPUTS = ("text_input", "input_ids", "messages")
 
@@ -27,10 +27,13 @@ _SCALARS = {
     "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
     "logprobs": _INT, "end_session": _BOOL,
 }
-_STRINGS = {"priority", "session_id"}
+_STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide"}
+# vLLM's guided_decoding keys -> our constraint kinds.
+_GUIDED_KEYS = {"json": "json_schema", "json_object": "json", "regex": "regex", "grammar": "lark", "choice": "choice"}
 _SAMPLING_KEYS = {
     "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
     "frequency_penalty", "presence_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
+    "guided_decoding",
 }
 _TENSOR_ONLY_LISTS = {"stop_words"}
 
@@ -247,6 +250,7 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
             raise RequestError(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
         options.top_logprobs = top_logprobs
 
+    options.constraint = _constraint(tensors, sampling, parameters)
     try:
         options.validate()
     except ValueError as exc:
@@ -269,6 +273,48 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     if end_session and session_id is None:
         raise RequestError("end_session needs a session_id")
     return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text, priority, session_id, end_session)
+
+
+def _constraint(tensors: dict, sampling: dict, parameters: dict) -> GenerateConstraint | None:
+    """guided_decoding_guide_type + guided_decoding_guide, or sampling_parameters.guided_decoding."""
+    kind = _string_option("guided_decoding_guide_type", tensors, parameters)
+    guide = _string_option("guided_decoding_guide", tensors, parameters)
+    guided = sampling.get("guided_decoding")
+    if kind is not None and guided is not None:
+        raise RequestError("give guided_decoding_guide_type or sampling_parameters.guided_decoding, not both")
+    if kind is not None:
+        kind = kind.strip().lower()
+        if kind not in CONSTRAINT_KINDS:
+            raise RequestError(f"guided_decoding_guide_type must be one of {', '.join(CONSTRAINT_KINDS)}, got {kind!r}")
+        if kind != "json" and not guide:
+            raise RequestError(f"guided_decoding_guide is required for guided_decoding_guide_type {kind}")
+        return GenerateConstraint(kind, guide or "")
+    if guide is not None:
+        raise RequestError("guided_decoding_guide needs guided_decoding_guide_type")
+    if guided is None:
+        return None
+    if not isinstance(guided, dict):
+        raise RequestError("sampling_parameters.guided_decoding must be an object")
+    given = [k for k in guided if guided[k] is not None and guided[k] is not False]
+    unknown = sorted(set(given) - set(_GUIDED_KEYS))
+    if unknown:
+        raise RequestError(f"sampling_parameters.guided_decoding has unsupported key(s): {', '.join(unknown)}")
+    if len(given) != 1:
+        raise RequestError("sampling_parameters.guided_decoding needs exactly one of: " + ", ".join(_GUIDED_KEYS))
+    key = given[0]
+    value = guided[key]
+    try:
+        if key == "choice":
+            return GenerateConstraint.choice(value)
+        if key == "json_object":
+            return GenerateConstraint("json")
+        if key == "json":
+            return GenerateConstraint("json_schema", value if isinstance(value, str) else json.dumps(value))
+        if not isinstance(value, str):
+            raise ValueError(f"{key} must be a string")
+        return GenerateConstraint(_GUIDED_KEYS[key], value)
+    except ValueError as exc:
+        raise RequestError(f"sampling_parameters.guided_decoding.{key}: {exc}") from None
 
 
 def _string_option(name: str, tensors: dict, parameters: dict) -> str | None:

@@ -49,7 +49,7 @@ class RequestSampler:
     def plain_greedy(self) -> bool:
         """Argmax of the raw logits is the answer: the batch can take it in one vectorised call."""
         o = self.options
-        return (self.greedy and not self.uses_penalties and o.top_logprobs is None
+        return (self.greedy and not self.uses_penalties and o.top_logprobs is None and o.constraint is None
                 and (self.num_generated >= o.min_length or self.eos_token_id is None))
 
     def record(self, token_id: int) -> None:
@@ -58,8 +58,11 @@ class RequestSampler:
             self.seen[token_id] = True
             self.output_counts[token_id] += 1
 
-    def process(self, logits: np.ndarray) -> np.ndarray:
-        """One row of logits [V] through the processor chain; returns a new array."""
+    def process(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+        """One row of logits [V] through the processor chain; returns a new array.
+
+        `allowed` is the constraint's mask (boolean [V]), applied after stop handling.
+        """
         o = self.options
         x = logits.astype(np.float32, copy=True)
         if o.repetition_penalty != 1.0:
@@ -71,6 +74,11 @@ class RequestSampler:
             x -= o.presence_penalty * (self.output_counts > 0)
         if self.num_generated < o.min_length and self.eos_token_id is not None:
             x[self.eos_token_id] = NEG_INF
+        if allowed is not None:
+            constrained = np.where(allowed[: x.shape[0]], x, NEG_INF)
+            # min_length may ban the only token the constraint allows (EOS of a complete value):
+            # the constraint wins, so there is always a token to choose.
+            x = constrained if np.isfinite(constrained).any() else np.where(allowed[: x.shape[0]], logits, NEG_INF)
         if self.greedy:
             return x
         x /= np.float32(o.temperature)
@@ -84,8 +92,8 @@ class RequestSampler:
             x[x < peak + np.log(np.float32(o.min_p))] = NEG_INF
         return x
 
-    def choose(self, logits: np.ndarray) -> TokenChoice:
-        x = self.process(logits)
+    def choose(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> TokenChoice:
+        x = self.process(logits, allowed)
         if self.greedy:
             token = int(np.argmax(x))
         else:

@@ -49,6 +49,7 @@ class Sequence:
     status: Status = Status.WAITING
     prefix_hit_len: int = 0
     logprobs: list[TokenLogprob] | None = None
+    matcher: object | None = None  # llguidance LLMatcher when the request is constrained
     num_preemptions: int = 0
     cancel_requested: bool = False
     created_at: float = field(default_factory=time.monotonic)

@@ -40,6 +40,7 @@ class GeneratorMetrics:
             "swapped": family("tritongen:num_requests_swapped", "Preempted requests waiting to resume.", gauge),
             "pages_used": family("tritongen:kv_pages_used", "KV pages referenced by requests or sessions.", gauge),
             "pages_free": family("tritongen:kv_pages_free", "KV pages free or holding reusable cached prefixes.", gauge),
+            "masks": family("tritongen:constraint_mask_seconds_total", "Time spent computing constraint masks.", counter),
         }
         f = self._families
         self.prompt = f["prompt"].Metric(labels=labels)
@@ -50,6 +51,8 @@ class GeneratorMetrics:
         self.e2e = f["e2e"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.queue_time = f["queue"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.gauges = {k: f[k].Metric(labels=labels) for k in ("running", "waiting", "swapped", "pages_used", "pages_free")}
+        self.mask_seconds = f["masks"].Metric(labels=labels)
+        self._mask_seconds_seen = 0.0
         self._labels = labels
         self._success: dict[str, object] = {}
         self._queue: queue.Queue = queue.Queue()
@@ -73,6 +76,7 @@ class GeneratorMetrics:
             "swapped": sum(1 for s in sched.waiting if s.num_preemptions > 0),
             "pages_used": engine.pool.num_used(),
             "pages_free": engine.pool.num_available(),
+            "mask_seconds": engine.masks.seconds,
         }))
 
     def close(self) -> None:
@@ -83,6 +87,9 @@ class GeneratorMetrics:
         while (item := self._queue.get()) is not None:
             kind, value = item
             if kind == "gauges":
+                mask_seconds = value.pop("mask_seconds")
+                self.mask_seconds.increment(mask_seconds - self._mask_seconds_seen)
+                self._mask_seconds_seen = mask_seconds
                 for name, number in value.items():
                     self.gauges[name].set(number)
                 continue
