@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup models serve demo test lint clean
+.PHONY: setup models serve demo test lint clean bench
 
 setup: $(SETUP_STAMP)
 
@@ -23,6 +23,10 @@ demo: models
 
 test: setup
 	$(PY) -m pytest -q
+
+bench: models
+	bench/setup.sh
+	$(PY) bench/run.py
 
 lint: setup
 	$(PY) -m ruff check backend_src client tests

@@ -1,0 +1,320 @@
+"""`make bench`: the limit, tritongen (in-process and through Triton) and the peers on the same model.onnx,
+measured side by side in one run; then perf_analyzer and genai-perf against the same server.
+
+Every system is loaded once in its own process. After one warm-up generation each, the measured rounds
+ask them in turn (the order rotates every round), one generation at a time, so a change in machine load
+hits all of them alike. Figures are reported with their ratio to the raw onnxruntime loop of the same
+batch size measured in the same run: on a shared 2-core machine only the ratios travel.
+
+    .venv/bin/python bench/run.py [--new-tokens 128] [--rounds 3] [--skip onnx-genai,...] [--no-clients]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import clients  # noqa: E402
+import peers  # noqa: E402
+import report  # noqa: E402
+from prompts import PROMPTS, WARMUP  # noqa: E402
+from worker import Worker  # noqa: E402
+
+# name -> (kind, batch, label in the table, short label in plots)
+SYSTEMS = {
+    "raw": ("raw", 1, "raw onnxruntime loop (the limit)", "raw"),
+    "engine": ("engine", 1, "tritongen engine in-process, as served ({served})", "engine"),
+    "triton": ("triton", 1, "tritongen via Triton, gRPC streaming ({served})", "triton"),
+    "engine-concat": ("engine", 1, "tritongen engine in-process, concat model.onnx", "engine-concat"),
+    "ort-genai": ("ort-genai", 1, "onnxruntime-genai {v}", "ort-genai"),
+    "onnx-genai": ("onnx-genai", 1, "onnx-genai {v} (no ITL: tokens arrive at the end)", "onnx-genai"),
+    "raw-b16": ("raw", 16, "raw onnxruntime loop (the limit)", "raw"),
+}
+PAUSE_S = 0.3  # between systems: lets the previous one's onnxruntime threads stop spinning
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def sha256_prefix(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()[:12]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def raw_reference(raw: Worker | None, prompt: tuple[str, list[int]], n: int) -> dict | None:
+    """One raw batch-1 generation next to a client run: the limit under the load of that moment."""
+    if raw is None or not raw.process.is_alive():
+        return None
+    try:
+        times = raw.run(*prompt, n)["times"]
+    except Exception:  # noqa: BLE001 - the client figures still stand without it
+        return None
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    return {"ttft_ms": 1e3 * times[0], "itl_p50_ms": 1e3 * gaps[len(gaps) // 2]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model-repository", type=Path, default=ROOT / "model_repository")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3, help=f"measured rounds, one prompt each (at most {len(PROMPTS)})")
+    ap.add_argument("--skip", default="", help="comma-separated systems to leave out: " + ",".join(SYSTEMS))
+    ap.add_argument("--no-clients", action="store_true", help="skip perf_analyzer and genai-perf")
+    ap.add_argument("--client-requests", type=int, default=3, help="measured requests per genai-perf run")
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--work", type=Path, default=HERE / "work")
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    n, rounds = args.new_tokens, min(args.rounds, len(PROMPTS))
+    skip = {s for s in args.skip.split(",") if s}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "raw").mkdir(exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    from tritongen.serve import TritonServer
+    from tritongen.tokenizer import TextTokenizer
+
+    target = args.model_repository / "target"
+    onnx_file = target / "1" / "model.onnx"
+    if not onnx_file.is_file():
+        print(f"{onnx_file} missing: run `make models`", file=sys.stderr)
+        return 1
+    tokenizer = TextTokenizer(target)
+    prompts = [(text, tokenizer.encode(text)) for text in PROMPTS[:rounds]]
+    warm = (WARMUP, tokenizer.encode(WARMUP))
+    threads = len(os.sched_getaffinity(0))
+    from systems import generator_parameters
+
+    served = generator_parameters(str(args.model_repository)).get("target_model") or "target_gqa"
+    served_file = args.model_repository / served / "1" / "model.onnx"
+    versions = {"onnxruntime": version("onnxruntime"), "onnxruntime-genai": version("onnxruntime-genai"),
+                "onnx-genai": version("onnx-genai"), "tritonclient": version("tritonclient"),
+                "genai-perf": "0.0.16"}
+    log(f"{onnx_file} ({onnx_file.stat().st_size / 1e6:.0f} MB), {n} new tokens, {rounds} rounds, "
+        f"prompts of {[len(ids) for _, ids in prompts]} tokens, {threads} threads")
+
+    log("peer model folders ...")
+    folders = peers.prepare(target, onnx_file, args.work, threads)
+
+    server = TritonServer(args.model_repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
+                          log_file=args.work / "tritonserver.log")
+    workers: dict[str, Worker] = {}
+    failures: dict[str, str] = {}
+    records: dict[str, list[dict]] = {}
+    pa, gp = None, []
+    in_tokens = sorted(len(ids) for _, ids in prompts)[len(prompts) // 2]
+    try:
+        log("loading every system in its own process (and tritonserver) ...")
+        options = {"raw": {"model_path": str(onnx_file), "batch": 1},
+                   "raw-b16": {"model_path": str(onnx_file), "batch": 16},
+                   "engine": {"model_repository": str(args.model_repository)},
+                   "engine-concat": {"model_repository": str(args.model_repository), "target": "target"},
+                   "ort-genai": {"workdir": str(folders["ort-genai"])},
+                   "onnx-genai": {"workdir": str(folders["onnx-genai"])}}
+        for name, opts in options.items():
+            if name not in skip:
+                workers[name] = Worker(name, SYSTEMS[name][0], **opts)
+        server_ok = False
+        if "triton" not in skip or not args.no_clients:
+            try:
+                server.start(timeout=300)
+                server_ok = True
+                if "triton" not in skip:
+                    workers["triton"] = Worker("triton", "triton", grpc_url=server.url_grpc)
+            except RuntimeError as exc:
+                failures["triton"] = f"tritonserver did not start: {str(exc).splitlines()[0]}"
+                log(f"FAILED {failures['triton']}\n{exc}")
+        for name in list(workers):
+            if workers[name].wait_ready():
+                log(f"  {name} loaded in {workers[name].load_s:.1f}s")
+            else:
+                failures[name] = workers[name].error.strip().splitlines()[-1]
+                log(f"FAILED to load {name}:\n{workers[name].error}")
+                workers.pop(name).stop()
+
+        order = [name for name in SYSTEMS if name in workers]
+        log(f"warm-up: one {n}-token generation each ...")
+        for name in order:
+            try:
+                workers[name].run(*warm, n)
+            except Exception as exc:  # noqa: BLE001 - one broken system must not hide the others
+                failures[name] = str(exc).strip().splitlines()[-1]
+                log(f"FAILED {name} warm-up:\n{exc}")
+            time.sleep(PAUSE_S)
+        order = [name for name in order if name not in failures]
+        records = {name: [] for name in order}
+        for r, (text, ids) in enumerate(prompts):
+            turn = order[r % len(order):] + order[:r % len(order)] if order else []
+            log(f"round {r + 1}/{rounds}: {', '.join(turn)}")
+            for name in turn:
+                if name in failures:
+                    continue
+                try:
+                    rec = workers[name].run(text, ids, n)
+                    rec["round"] = r
+                    records[name].append(rec)
+                except Exception as exc:  # noqa: BLE001
+                    failures[name] = str(exc).strip().splitlines()[-1]
+                    log(f"FAILED {name} in round {r + 1}:\n{exc}")
+                time.sleep(PAUSE_S)
+        for name, w in workers.items():
+            if name != "raw":  # the raw loop stays, as the reference next to the clients
+                w.stop()
+
+        if not args.no_clients and server_ok:
+            raw_refs = [raw_reference(workers.get("raw"), prompts[0], n)]
+            log("perf_analyzer (bench/perf_analyzer_input.json) ...")
+            pa = clients.perf_analyzer(server.url_grpc, args.work)
+            log("  FAILED:\n" + pa["error"] if "error" in pa else "  ok")
+            commands = clients.genai_perf_commands(server.url_grpc, server.url_http.removeprefix("http://"), target,
+                                                   in_tokens, n, args.client_requests, args.work / "genai-perf")
+            for name, cmd in commands.items():
+                log(f"genai-perf {name} ...")
+                gp.append(clients.genai_perf(name, cmd))
+                log("  FAILED:\n" + gp[-1]["error"] if "error" in gp[-1] else "  ok")
+                raw_refs.append(raw_reference(workers.get("raw"), prompts[0], n))
+            for k, summary in enumerate(gp):
+                around = [r for r in raw_refs[k:k + 2] if r]
+                if around:
+                    summary["raw"] = {key: sum(r[key] for r in around) / len(around) for key in around[0]}
+    finally:
+        for w in workers.values():
+            w.stop()
+        server.stop()
+
+    # ---- figures, checks, table, plots -------------------------------------------------------------
+    ref_by_round = {rec["round"]: rec for rec in records.get("raw", [])}
+    rows, timelines, loud = [], {}, []
+    bases = {}
+    for name in SYSTEMS:
+        kind, batch, label, short = SYSTEMS[name]
+        label = label.format(v=versions.get(name.replace("ort-genai", "onnxruntime-genai"), ""), served=served)
+        if name in skip:
+            continue
+        runs = records.get(name, [])
+        if name in failures or not runs:
+            rows.append({"name": label, "batch": batch, "error": failures.get(name, "no runs")})
+            loud.append(f"{name}: FAILED: {failures.get(name, 'no runs')}")
+            continue
+        fig = report.figures(runs, batch, n)
+        if name in ("raw", "raw-b16"):
+            bases[batch] = fig
+        notes, remarks = [], []
+        for rec in runs:
+            ref = ref_by_round.get(rec["round"])
+            if ref is None:
+                notes.append("no raw reference for this round")
+            elif rec is not ref:
+                notes += [x for x in report.check_tokens(ref, rec) if x]
+            if name == "onnx-genai" and not rec.get("prompt_ids_match", True):
+                remarks.append("its tokenizer gave other prompt ids")
+            if rec.get("prefix_hits") and rec["prefix_hits"][0]:
+                remarks.append(f"round {rec['round'] + 1}: the first request hit the prefix cache "
+                               f"({rec['prefix_hits'][0]} tokens), TTFT not cold")
+        rows_checked = sum(len(rec["tokens"]) for rec in runs)
+        if name == "raw":
+            tokens = f"reference ({rows_checked} runs)"
+        elif not notes:
+            tokens = f"equal ({rows_checked}/{rows_checked} sequences)"
+        else:
+            tokens = f"**{len(notes)} of {rows_checked} differ**: {notes[0]}"
+        if remarks:
+            tokens += f"; **{remarks[0]}**"
+        loud += [f"{name}: {note}" for note in notes + remarks]
+        rows.append({"name": label, "batch": batch, "figures": fig, "tokens": tokens, "short": short, "key": name})
+        line = report.timeline(runs)
+        if line is not None:
+            timelines[f"{short} b{batch}"] = line
+    for row in rows:
+        if "figures" in row:
+            row["base"] = bases.get(row["batch"])
+
+    wall = time.monotonic() - started
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lengths = [len(ids) for _, ids in prompts]
+    rel = (lambda p: p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)
+    header = (f"Measured {stamp} on {threads} cores ({cpu_model()}), load average {os.getloadavg()[0]:.2f} at "
+              f"the end. Model files: `{rel(onnx_file)}` (sha256 {sha256_prefix(onnx_file)}; fp32, concat "
+              f"past/present) for the raw loop, both peers and the concat engine row; the generator serves "
+              f"`{rel(served_file)}` (sha256 {sha256_prefix(served_file) if served_file.is_file() else '?'}; "
+              f"the same weights in the GroupQueryAttention layout). Greedy, exactly {n} new tokens, prompts of "
+              f"{min(lengths)}-{max(lengths)} tokens, 1 warm-up + {rounds} measured rounds per system, interleaved "
+              f"(one prompt per round, same for all); onnxruntime {versions['onnxruntime']}. Values are medians "
+              f"over rounds (ITL: all inter-token gaps pooled); `(x)` is the ratio to the raw loop of the same "
+              f"batch size in this run: for latencies >1 is slower, for tok/s <1 is slower. Batch 16 tok/s "
+              f"counts all 16 streams.\n")
+    md = "## Side by side on one model.onnx\n\n" + header + "\n" + report.table(rows)
+    if pa is not None or gp:
+        md += ("\n## perf_analyzer and genai-perf against the generator, unchanged\n\n"
+               f"Same server, concurrency 1, {args.client_requests} measured requests each after 1 warm-up; "
+               f"synthetic prompts of {in_tokens} tokens, {n} output tokens. `x raw`: ratio to one raw batch-1 "
+               f"loop generation run right before and one right after each client (the mean of the two), "
+               f"since these runs are not interleaved with the rest.\n\n")
+        if pa is not None:
+            if "error" in pa:
+                md += f"perf_analyzer: **FAILED**: `{pa['error'].splitlines()[-1]}`\n\n"
+                loud.append(f"perf_analyzer FAILED: {pa['error']}")
+            else:
+                md += (f"perf_analyzer 2.51 (`-i grpc --streaming`, bench/perf_analyzer_input.json): "
+                       f"{pa['requests']} requests, responses per request {pa['responses_per_request']}, tokens "
+                       f"{pa['tokens_per_request']}, first response p50 {pa['first_response_ms_p50']:.0f} ms, "
+                       f"gap between responses p50 {pa['response_gap_ms_p50']:.1f} ms.\n\n")
+        if gp:
+            md += report.client_table(gp)
+            loud += [f"genai-perf {s['name']} FAILED (sent {s.get('sent')}):\n{s['error']}" for s in gp if "error" in s]
+    md += f"\n`make bench` wall time: {wall / 60:.1f} min.\n"
+
+    images = report.plots(args.out, rows, timelines)
+    (args.out / "table.md").write_text(md)
+    (args.out / "raw" / "records.json").write_text(json.dumps(
+        {"records": records, "failures": failures, "perf_analyzer": pa, "genai_perf": gp, "versions": versions,
+         "prompt_lengths": lengths, "new_tokens": n}, indent=1))
+    summary = {k: v for k, v in ((r.get("key") or r["name"], r.get("figures")) for r in rows)}
+    (args.out / "summary.json").write_text(json.dumps(
+        {"measured": stamp, "figures": summary, "failures": failures, "genai_perf": [
+            {k: s.get(k) for k in ("name", "time_to_first_token", "inter_token_latency", "raw", "error")} for s in gp],
+         "wall_s": round(wall)}, indent=1) + "\n")
+
+    print()
+    print(md)
+    print("plots: " + ", ".join(str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p) for p in images))
+    if loud:
+        print("\n" + "!" * 78 + "\nPROBLEMS (see above):\n" + "\n".join(f"  - {x}" for x in loud) + "\n" + "!" * 78)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
