@@ -30,6 +30,9 @@ from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResul
                       PrioritizedGenerateResult, Priority, ScheduledGenerateArrival)
 from .repository import model_input_names, onnx_path
 from .sampling import RequestSampler, TokenChoice
+from .speculative.draft_model import DraftModelProposer
+from .speculative.prompt_lookup import PromptLookupProposer
+from .speculative.proposer import Proposal, Proposer
 from .scheduler import Scheduler
 from .sequence import DoneCallback, Sequence, Status, TokenCallback
 from .stopping import StopChecker
@@ -56,6 +59,9 @@ class EngineStats:
     decode_steps: int = 0
     prefill_calls: int = 0
     preemptions: int = 0
+    verify_calls: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     # Recent steps: the request ids decoded together (bounded; tests and benchmarks read it).
     decode_log: deque = field(default_factory=lambda: deque(maxlen=4096))
 
@@ -81,6 +87,8 @@ class Engine:
                              shape.num_kv_heads, shape.head_dim)
         self.kv = KvManager(self.pool, self.decoder)
         self.scheduler = Scheduler(self.config.scheduler, self.kv)
+        self.proposers = self._open_proposers()
+        self.scheduler.slot_listeners = [p for p in self.proposers.values() if type(p).move is not Proposer.move]
         self.stats = EngineStats()
         self.on_step = lambda engine: None  # metrics hook, called on the engine thread after each step
         self._ids = itertools.count(1)
@@ -141,6 +149,7 @@ class Engine:
         ids = self.tokenize_prompt(request)
         options = request.options
         matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None
+        proposer, spec_mode, spec_k = self._speculation(options)
         eos = options.eos_token_id if options.eos_token_id is not None else self.tokenizer.eos_token_id
         seq = Sequence(
             request_id=next(self._ids), prompt_ids=ids, priority=priority, arrival=next(self._arrivals),
@@ -149,6 +158,7 @@ class Engine:
             detok=IncrementalDetokenizer(self.tokenizer, ids), on_token=on_token, on_done=on_done,
             session_id=session_id, end_session=end_session,
             logprobs=[] if options.top_logprobs is not None else None, matcher=matcher,
+            proposer=proposer, spec_mode=spec_mode, spec_k=spec_k,
         )
         if arrival_step is not None:
             seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
@@ -161,6 +171,28 @@ class Engine:
             self._live[seq.request_id] = seq
             self._wake.notify()
         return RequestHandle(seq.request_id, ids, seq)
+
+    def _open_proposers(self) -> dict:
+        cfg = self.config
+        proposers: dict = {"prompt_lookup": PromptLookupProposer()}
+        if cfg.draft_model is not None:
+            draft = open_slot_decoder(Path(cfg.draft_model), cfg.scheduler.max_num_seqs, self.max_len,
+                                      cfg.intra_op_threads, cfg.execution_providers or None)
+            if draft.shape.vocab_size != self.vocab_size:
+                raise ValueError(f"draft model vocabulary {draft.shape.vocab_size} differs from the target's {self.vocab_size}")
+            proposers["draft_model"] = DraftModelProposer(draft)
+        return proposers
+
+    def _speculation(self, options) -> tuple:
+        """(proposer, mode, K) for a request: its own choice, else the engine default."""
+        mode = options.speculative_mode or self.config.speculative_mode
+        if mode.kind == "none":
+            return None, None, 0
+        proposer = self.proposers.get(mode.kind)
+        if proposer is None:
+            raise ValueError(f"speculative mode {mode.kind!r} is not configured on this engine "
+                             f"(available: {', '.join(['none', *self.proposers])})")
+        return proposer, mode, options.num_speculative_tokens or self.config.num_speculative_tokens
 
     def constraint_compiler(self) -> ConstraintCompiler:
         """Built on first use: the llguidance tokenizer bridge takes about half a second."""
@@ -274,12 +306,40 @@ class Engine:
         self.on_step(self)
 
     def _decode(self, rows: list[Sequence], finished: list) -> None:
+        proposals = self._propose(rows, finished)
+        plain = [s for s in rows if id(s) not in proposals and not any(f is s for f, _ in finished)]
+        if plain:
+            self._decode_batch(plain, finished)
+        for seq in rows:
+            if id(seq) in proposals:
+                self._verify(seq, proposals[id(seq)], finished)
+
+    def _propose(self, rows: list[Sequence], finished: list) -> dict:
+        """Draft tokens for speculating rows; a row whose proposer fails fails alone."""
+        proposals = {}
+        for seq in rows:
+            if seq.proposer is None:
+                continue
+            room = min(seq.spec_k, seq.stopper.options.max_new_tokens - seq.num_generated - 1,
+                       seq.stopper.context_limit - len(seq.tokens) - 1)
+            if room <= 0:
+                continue
+            try:
+                proposal = seq.proposer.propose(seq, room)
+            except Exception as exc:  # noqa: BLE001 - this request fails alone
+                finished.append((seq, exc))
+                continue
+            if proposal and proposal.tokens and self.kv.reserve(seq, seq.num_computed + 1 + len(proposal.tokens)):
+                proposals[id(seq)] = proposal
+        return proposals
+
+    def _decode_batch(self, rows: list[Sequence], finished: list) -> None:
         running = self.scheduler.running
         ids = np.zeros((len(running), 1), np.int64)
         seqlens = np.empty(len(running), np.int32)
         for slot, seq in enumerate(running):
-            # A row still in its prompt gets a dummy token at its next position: the
-            # prompt chunk that follows overwrites it, and nothing reads it before.
+            # A row not decoding in this call gets a dummy token at its next position:
+            # its own prompt chunk or verification overwrites it, and nothing reads it before.
             seqlens[slot] = seq.num_computed
             if seq.is_decoding:
                 ids[slot, 0] = seq.tokens[-1]
@@ -290,18 +350,44 @@ class Engine:
         self.stats.decode_steps += 1
         self.stats.decode_log.append(tuple(s.request_id for s in rows))
         fast = [s for s in rows if s.sampler.plain_greedy()]
+        choices = {}
         if fast:
             best = np.argmax(logits[[s.slot for s in fast], 0], axis=-1)
-            choices = {id(s): TokenChoice(int(t), None) for s, t in zip(fast, best)}
             for s, t in zip(fast, best):
                 s.sampler.record(int(t))
-        else:
-            choices = {}
+                choices[id(s)] = TokenChoice(int(t), None)
         for seq in rows:
             seq.num_computed += 1
             self.kv.commit_full_pages(seq)
             choice = choices.get(id(seq)) or seq.sampler.choose(logits[seq.slot, 0], allowed.get(id(seq)))
             self._emit(seq, choice, finished)
+
+    def _verify(self, seq: Sequence, proposal: Proposal, finished: list) -> None:
+        """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""
+        start, k = seq.num_computed, len(proposal.tokens)
+        ids = np.array([[seq.tokens[-1], *proposal.tokens]], np.int64)
+        logits, _ = self.decoder.prefill(seq.slot, ids, start)
+        rows = logits[0].copy()
+        self.stats.verify_calls += 1
+        accepted, done = 0, len(finished)
+        for i in range(k + 1):
+            seq.num_computed = start + 1 + i  # KV is valid through ids[i]
+            allowed = self._allowed([seq], self.masks.start([seq.matcher])).get(id(seq)) if seq.matcher else None
+            if i < k:
+                q = proposal.probs[i] if proposal.probs is not None else None
+                choice = seq.sampler.verify(rows[i], allowed, proposal.tokens[i], q)
+            else:
+                choice = seq.sampler.choose(rows[i], allowed)
+            self._emit(seq, choice, finished)
+            if len(finished) > done or i == k or choice.token_id != proposal.tokens[i]:
+                break
+            accepted += 1
+        seq.drafted += k
+        seq.accepted += accepted
+        self.stats.drafted_tokens += k
+        self.stats.accepted_tokens += accepted
+        self.kv.commit_full_pages(seq)
+        seq.proposer.accepted(seq, accepted, k)
 
     def _prefill(self, seq: Sequence, n: int, finished: list) -> None:
         start = seq.num_computed

@@ -10,7 +10,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Optional, Union
+
+from .speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 
 TokenId = int
 # A stop sequence is either text or a run of token ids (the seed's StopSequence).
@@ -65,6 +68,8 @@ class GenerateOptions:
     max_context: Optional[int] = None
     top_logprobs: Optional[int] = None
     constraint: Optional[GenerateConstraint] = None
+    num_speculative_tokens: Optional[int] = None
+    speculative_mode: Optional[SpeculativeMode] = None
     # Ours, in addition to the seed: no EOS or stop before this many tokens.
     min_length: int = 0
 
@@ -100,6 +105,10 @@ class GenerateOptions:
                 raise ValueError(f"stop sequence {i} must not be empty")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError("seed must be an unsigned 64-bit integer")
+        if self.num_speculative_tokens is not None and self.num_speculative_tokens <= 0:
+            raise ValueError("num_speculative_tokens must be greater than zero when provided")
+        if self.speculative_mode is not None:
+            self.speculative_mode.validate()
 
 
 @dataclass
@@ -165,6 +174,8 @@ class GenerateResult:
     logprobs: Optional[list[TokenLogprob]] = None
     num_prompt_tokens: int = 0
     timing: RequestTiming = field(default_factory=RequestTiming)
+    total_draft_tokens: int = 0  # speculative statistics, TensorRT-LLM's names
+    total_accepted_draft_tokens: int = 0
 
 
 @dataclass
@@ -193,8 +204,21 @@ class EngineConfig:
     intra_op_threads: int = 0
     # onnxruntime execution providers in order of preference; empty: CUDA if available, else CPU.
     execution_providers: list[str] = field(default_factory=list)
+    # Speculative decoding: the default mode, K, and what each model-based mode needs.
+    speculative_mode: SpeculativeMode = field(default_factory=SpeculativeMode)
+    num_speculative_tokens: int = 4
+    draft_model: Optional[Path] = None  # a decoder folder with the target's vocabulary
+    mtp: Optional[MtpConfig] = None
+    eagle3: Optional[Eagle3Config] = None
+    shared_kv: Optional[SharedKvProposerConfig] = None
 
     def validate(self) -> None:
+        if self.num_speculative_tokens <= 0:
+            raise ValueError("num_speculative_tokens must be greater than zero")
+        self.speculative_mode.validate()
+        for head in (self.mtp, self.eagle3, self.shared_kv):
+            if head is not None:
+                head.validate()
         if self.num_gpu_pages <= 0:
             raise ValueError("num_gpu_pages must be greater than zero")
         if self.page_size <= 0:

@@ -105,6 +105,32 @@ class RequestSampler:
         self.record(token)
         return TokenChoice(token, self._logprob(x, token) if self.options.top_logprobs is not None else None)
 
+    def verify(self, logits: np.ndarray, allowed: np.ndarray | None, draft: int,
+               draft_probs: np.ndarray | None) -> TokenChoice:
+        """The target's token at a drafted position.
+
+        Greedy: the argmax, as without speculation. Sampling: keep the draft
+        token with probability min(1, p/q), else draw from the normalised
+        residual max(0, p - q), so outputs follow the target distribution p
+        whatever the draft proposed (q is one-hot for deterministic drafts).
+        """
+        if self.greedy:
+            return self.choose(logits, allowed)
+        x = self.process(logits, allowed)
+        p = _softmax(x)
+        q = draft_probs if draft_probs is not None else np.eye(1, p.shape[0], draft, dtype=np.float64)[0]
+        if q[draft] > 0 and self.rng.random() < min(1.0, p[draft] / q[draft]):
+            token = draft
+        else:
+            residual = np.maximum(p - q, 0.0)
+            weights = residual if residual.sum() > 0 else p
+            token = int(np.searchsorted(np.cumsum(weights), self.rng.random() * weights.sum(), side="right"))
+            token = min(token, p.shape[0] - 1)
+            while weights[token] <= 0:
+                token -= 1
+        self.record(token)
+        return TokenChoice(token, self._logprob(x, token) if self.options.top_logprobs is not None else None)
+
     def _logprob(self, x: np.ndarray, token: int) -> TokenLogprob:
         shifted = x - x.max()
         logp = shifted - np.log(np.exp(shifted).sum())

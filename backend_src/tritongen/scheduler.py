@@ -37,6 +37,7 @@ class Scheduler:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []  # index == slot
         self.num_preemptions = 0
+        self.slot_listeners: list = []  # per-slot state beside the target's (speculative proposers)
 
     def _rank(self, seq: Sequence) -> tuple:
         """Sort key: first in line is smallest."""
@@ -83,9 +84,13 @@ class Scheduler:
         """Take a sequence out of the running batch; the last row moves into its slot."""
         slot = seq.slot
         self.kv.release(seq, keep_session)
+        for listener in self.slot_listeners:
+            listener.release(slot)
         last = self.running.pop()
         if last is not seq:
             self.kv.slots.move(last.slot, slot, last.num_computed)
+            for listener in self.slot_listeners:
+                listener.move(last.slot, slot, last.num_computed)
             last.slot = slot
             self.running[slot] = last
         seq.slot = None

@@ -50,6 +50,11 @@ class Sequence:
     prefix_hit_len: int = 0
     logprobs: list[TokenLogprob] | None = None
     matcher: object | None = None  # llguidance LLMatcher when the request is constrained
+    proposer: object | None = None  # speculative proposer, None when not speculating
+    spec_mode: object | None = None
+    spec_k: int = 0
+    drafted: int = 0
+    accepted: int = 0
     num_preemptions: int = 0
     cancel_requested: bool = False
     created_at: float = field(default_factory=time.monotonic)
@@ -79,6 +84,7 @@ class Sequence:
             text=self.stopper.text, token_ids=list(self.stopper.token_ids), finish_reason=reason,
             prefix_cache_hit_len=self.prefix_hit_len, logprobs=self.logprobs,
             num_prompt_tokens=len(self.prompt_ids), timing=self.timing(),
+            total_draft_tokens=self.drafted, total_accepted_draft_tokens=self.accepted,
         )
 
     def timing(self) -> RequestTiming:

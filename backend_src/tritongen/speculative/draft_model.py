@@ -1,0 +1,57 @@
+"""DraftModel: a smaller decoder with the target's vocabulary proposes k tokens autoregressively.
+
+The draft keeps its own KV in slots that mirror the target's: row r of the
+draft belongs to the sequence in the target's row r. It catches up on the
+tokens it has not seen (a new prompt, or what the target accepted), drafts
+k tokens, and after verification keeps only the KV of accepted tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .proposer import Proposal, Proposer
+
+CATCH_UP_CHUNK = 256
+
+
+class DraftModelProposer(Proposer):
+    def __init__(self, decoder):
+        self.decoder = decoder  # a slot decoder (GQA or concat) over the draft model
+        self.computed = [0] * decoder.max_slots  # tokens whose draft KV is valid, per slot
+        self._base = [0] * decoder.max_slots
+
+    def propose(self, seq, k: int) -> Proposal | None:
+        slot, tokens = seq.slot, seq.tokens
+        n, target = self.computed[slot], len(tokens) - 1
+        while n < target:
+            chunk = tokens[n:min(target, n + CATCH_UP_CHUNK)]
+            self.decoder.prefill(slot, np.array([chunk], np.int64), n)
+            n += len(chunk)
+        self._base[slot] = len(tokens)
+        sampler = seq.sampler
+        out, probs, token = [], [], tokens[-1]
+        for j in range(k):
+            logits, _ = self.decoder.prefill(slot, np.array([[token]], np.int64), n + j)
+            row = logits[0, -1].astype(np.float64)
+            if sampler.greedy:
+                token = int(np.argmax(row))
+            else:
+                q = np.exp((row - row.max()) / sampler.options.temperature)
+                q /= q.sum()
+                token = int(min(np.searchsorted(np.cumsum(q), sampler.rng.random(), side="right"), q.shape[0] - 1))
+                probs.append(q)
+            out.append(token)
+        self.computed[slot] = n + k
+        return Proposal(out, np.stack(probs) if probs else None)
+
+    def accepted(self, seq, num_accepted: int, num_proposed: int) -> None:
+        if seq.slot is not None:
+            self.computed[seq.slot] = self._base[seq.slot] + min(num_accepted, num_proposed - 1)
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        self.decoder.move(src, dst, self.computed[src])
+        self.computed[dst], self._base[dst] = self.computed[src], self._base[src]
+
+    def release(self, slot: int) -> None:
+        self.computed[slot] = 0

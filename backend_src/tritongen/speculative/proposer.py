@@ -1,0 +1,31 @@
+"""What every proposer gives the verifier, and what the engine tells it back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    # Draft probabilities [len(tokens), vocab] for lossless speculative sampling;
+    # None means the tokens were proposed deterministically (a one-hot draft).
+    probs: np.ndarray | None = None
+
+
+class Proposer:
+    """Base: stateless proposers need only `propose`; ones with per-slot state override the rest."""
+
+    def propose(self, seq, k: int) -> Proposal | None:
+        raise NotImplementedError
+
+    def accepted(self, seq, num_accepted: int, num_proposed: int) -> None:
+        """The verifier kept `num_accepted` of the proposed tokens; roll back the rest."""
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        """A sequence moved from slot src to dst (the batch stays contiguous)."""
+
+    def release(self, slot: int) -> None:
+        """The sequence in `slot` left the running batch."""
