@@ -43,7 +43,8 @@ def tiny_weights(spec: LlamaSpec, seed: int = 0) -> LlamaWeights:
         LayerWeights(norm(), mat(h, h), mat(kv, h), mat(kv, h), mat(h, h), norm(), mat(ff, h), mat(ff, h), mat(h, ff))
         for _ in range(spec.num_layers)
     ]
-    embedding = rng.standard_normal((spec.vocab_size, h)).astype(np.float32)
+    # Small embeddings, as in trained models: the tied LM head then does not just echo the input token.
+    embedding = (0.02 * rng.standard_normal((spec.vocab_size, h))).astype(np.float32)
     return LlamaWeights(spec, embedding, layers, norm())
 
 

@@ -1,0 +1,175 @@
+"""Speculative decoding: the verifier keeps greedy output identical, rollback is real, sampling stays lossless."""
+
+from __future__ import annotations
+
+import queue
+
+import numpy as np
+import pytest
+
+from tritongen.engine import Engine
+from tritongen.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest
+from tritongen.speculative.modes import SpeculativeMode
+from tritongen.speculative.proposer import Proposal, Proposer
+
+K = 4
+LOOKUP = SpeculativeMode("prompt_lookup", ngram=2, max_tokens=K)
+
+
+class OracleProposer(Proposer):
+    """Right for the first `right` tokens of each proposal (from a reference run), then wrong."""
+
+    def __init__(self, reference: list[int], prompt_len: int, right: int, vocab: int):
+        self.reference, self.prompt_len, self.right, self.vocab = reference, prompt_len, right, vocab
+        self.calls = 0
+
+    def propose(self, seq, k):
+        self.calls += 1
+        done = seq.num_generated
+        truth = self.reference[done:done + k]
+        out = truth[: self.right] + [(t + 1) % self.vocab for t in truth[self.right:]]
+        return Proposal(out[:k]) if out else None
+
+
+def engine_with_oracle(folder, oracle) -> Engine:
+    engine = Engine(folder)
+    engine.proposers["prompt_lookup"] = oracle
+    return engine
+
+
+@pytest.mark.parametrize("right", [0, 1, K - 1, K])
+def test_oracle_rollback_keeps_greedy_output(tiny_folder, right):
+    prompt = "The capital of France is"
+    base = Engine(tiny_folder)
+    try:
+        reference = base.generate(GenerateRequest(prompt, GenerateOptions(max_new_tokens=40, stop_on_eos=False)))
+    finally:
+        base.close()
+    ids = reference.token_ids
+    # A stop token first seen mid-way, so the stop lands inside some accepted run.
+    stop = next(t for i, t in enumerate(ids) if i >= 17 and t not in ids[:i])
+    cases = [
+        (GenerateOptions(max_new_tokens=40, stop_on_eos=False), None),
+        (GenerateOptions(max_new_tokens=23, stop_on_eos=False), FinishReason.MAX_TOKENS),
+        (GenerateOptions(max_new_tokens=40, stop_on_eos=False, stop_sequences=[(stop,)]), FinishReason.stop_sequence(0)),
+    ]
+    for options, expected_reason in cases:
+        plain = Engine(tiny_folder)
+        try:
+            want = plain.generate(GenerateRequest(prompt, options))
+        finally:
+            plain.close()
+        oracle = OracleProposer(reference.token_ids, 0, right, 320)
+        spec = engine_with_oracle(tiny_folder, oracle)
+        try:
+            options.speculative_mode, options.num_speculative_tokens = LOOKUP, K
+            got = spec.generate(GenerateRequest(prompt, options))
+        finally:
+            spec.close()
+        assert got.token_ids == want.token_ids and got.text == want.text
+        assert got.finish_reason == want.finish_reason
+        if expected_reason is not None:
+            assert got.finish_reason == expected_reason
+        assert got.total_draft_tokens > 0
+        assert got.total_accepted_draft_tokens <= got.total_draft_tokens
+        if right == K:
+            assert got.total_accepted_draft_tokens >= got.total_draft_tokens // 2
+        if right == 0:
+            assert got.total_accepted_draft_tokens == 0
+
+
+def solo_and_batch(engine: Engine, requests):
+    solo = [engine.generate(r).token_ids for r in requests]
+    done: queue.Queue = queue.Queue()
+    for i, r in enumerate(requests):
+        engine.submit(r, on_done=lambda res, err, i=i: done.put((i, res, err)))
+    batch = [None] * len(requests)
+    for _ in requests:
+        i, res, err = done.get(timeout=600)
+        assert err is None, err
+        batch[i] = res
+    return solo, batch
+
+
+@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+def test_every_mode_is_token_identical_alone_and_mixed_in_a_batch(model, request, tiny_folder):
+    if model == "tiny":
+        folder, draft = tiny_folder, tiny_folder  # the target as its own draft: always agrees
+    else:
+        folder = request.getfixturevalue("target_gqa_folder")
+        draft = folder.parent / "draft_gqa"
+    engine = Engine(folder, EngineConfig(draft_model=draft))
+    words = "alpha beta gamma delta alpha beta gamma delta alpha beta"
+    prompts = [f"Repeat: {words}. Again: {words}. Once more:", "Count: one two three one two three one two",
+               "Hello world", "The list: red, green, blue, red, green, blue, red,"]
+    modes = [None, LOOKUP, SpeculativeMode("draft_model")]
+    try:
+        requests = [GenerateRequest(prompts[i % 4], GenerateOptions(max_new_tokens=16, stop_on_eos=False,
+                                                                     speculative_mode=modes[i % 3]))
+                    for i in range(8)]
+        plain = [engine.generate(GenerateRequest(r.prompt, GenerateOptions(max_new_tokens=16, stop_on_eos=False))).token_ids
+                 for r in requests]
+        solo, batch = solo_and_batch(engine, requests)
+        for i, r in enumerate(requests):
+            assert solo[i] == plain[i], f"{model} request {i} alone"
+            assert batch[i].token_ids == plain[i], f"{model} request {i} in the mixed batch"
+        for kind in ("prompt_lookup", "draft_model"):
+            drafted = sum(b.total_draft_tokens for b, r in zip(batch, requests)
+                          if r.options.speculative_mode and r.options.speculative_mode.kind == kind)
+            accepted = sum(b.total_accepted_draft_tokens for b, r in zip(batch, requests)
+                           if r.options.speculative_mode and r.options.speculative_mode.kind == kind)
+            print(f"{model} {kind}: drafted {drafted}, accepted {accepted}")
+            assert drafted > 0 and accepted > 0
+    finally:
+        engine.close()
+
+
+def _upper_normal(z: float) -> float:
+    import math
+
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def sample_tokens(engine: Engine, mode, seeds: range) -> np.ndarray:
+    """Tokens 2..4 of many seeded runs (positions the verifier decides), as a [runs, 3] array."""
+    done: queue.Queue = queue.Queue()
+    for seed in seeds:
+        options = GenerateOptions(max_new_tokens=4, greedy=False, temperature=0.8, top_k=6, seed=seed,
+                                  stop_on_eos=False, speculative_mode=mode, num_speculative_tokens=3)
+        engine.submit(GenerateRequest("Hello world", options), on_done=lambda r, e: done.put((r, e)))
+    out = []
+    for _ in seeds:
+        r, e = done.get(timeout=300)
+        assert e is None, e
+        out.append(r.token_ids[1:4])
+    return np.array(out)
+
+
+def test_speculative_sampling_keeps_the_target_distribution(tiny_folder, tmp_path):
+    from conftest import build_tiny
+
+    other_draft = build_tiny(tmp_path / "draft", "gqa", seed=1)  # a draft that disagrees with the target
+    engine = Engine(tiny_folder, EngineConfig(draft_model=other_draft))
+    try:
+        plain = sample_tokens(engine, None, range(0, 800))
+        for mode in (SpeculativeMode("draft_model"), LOOKUP):
+            spec = sample_tokens(engine, mode, range(10_000, 10_800))
+            for position in range(3):
+                vocab = int(max(plain.max(), spec.max())) + 1
+                a = np.bincount(plain[:, position], minlength=vocab)
+                b = np.bincount(spec[:, position], minlength=vocab)
+                p = _upper_normal(_chi_z(a, b))
+                print(f"{mode.kind} token {position + 2}: chi-square p = {p:.3f}")
+                assert p > 0.001
+        assert engine.stats.drafted_tokens > 0
+    finally:
+        engine.close()
+
+
+def _chi_z(a: np.ndarray, b: np.ndarray) -> float:
+    keep = (a + b) > 0
+    a, b = a[keep].astype(float), b[keep].astype(float)
+    na, nb = a.sum(), b.sum()
+    stat = (((a * np.sqrt(nb / na) - b * np.sqrt(na / nb)) ** 2) / (a + b)).sum()
+    df = max(len(a) - 1, 1)
+    return ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / np.sqrt(2 / (9 * df))
