@@ -32,4 +32,4 @@ lint: setup
 	$(PY) -m ruff check backend_src client tests
 
 clean:
-	rm -rf $(VENV) model_repository/target model_repository/draft model_repository/target_gqa model_repository/draft_gqa
+	rm -rf $(VENV) model_repository/target model_repository/draft model_repository/target_gqa model_repository/draft_gqa model_repository/*_head

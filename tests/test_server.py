@@ -192,3 +192,24 @@ def test_metrics_families_report_plausible_values(server):
     assert m["tritongen:kv_pages_free"] > 0 and m["tritongen:kv_pages_used"] >= 0
     for gauge in ("num_requests_running", "num_requests_waiting", "num_requests_swapped"):
         assert m[f"tritongen:{gauge}"] >= 0
+
+
+def test_speculative_request_reports_draft_statistics_and_keeps_output(server):
+    words = "alpha beta gamma delta " * 6
+    body = {"text_input": f"Repeat exactly: {words}\nRepeat exactly: {words}", "max_tokens": 16,
+            "exclude_input_in_output": True}
+    status, plain = post(server, "/v2/models/generator/generate", body)
+    assert status == 200, plain
+    spec_body = {**body, "speculative": json.dumps({"mode": "prompt_lookup", "ngram": 2, "max_tokens": 4}),
+                 "num_draft_tokens": 4}
+    status, spec = post(server, "/v2/models/generator/generate", spec_body)
+    assert status == 200, spec
+    plain, spec = json.loads(plain), json.loads(spec)
+    assert spec["text_output"] == plain["text_output"]
+    assert spec["total_draft_tokens"] > 0 and 0 < spec["total_accepted_draft_tokens"] <= spec["total_draft_tokens"]
+    assert plain["total_draft_tokens"] == 0
+    for bad, field in ((json.dumps({"mode": "medusa"}), "speculative mode"),
+                       (json.dumps({"mode": "draft_model", "path": "/etc/passwd"}), "path"),
+                       ("not json", "speculative")):
+        status, text = post(server, "/v2/models/generator/generate", {**body, "speculative": bad})
+        assert status == 400 and field in json.loads(text)["error"]

@@ -91,35 +91,58 @@ def solo_and_batch(engine: Engine, requests):
     return solo, batch
 
 
+HEAD_KINDS = ("mtp", "eagle3", "shared_kv")
+
+
+@pytest.fixture(scope="module")
+def tiny_heads(tiny_folder):
+    """Seeded MTP, EAGLE-3 and shared-KV heads for the tiny target, beside it in its repository."""
+    from tritongen.model_build.head_folders import write_heads, write_target_matrices
+    from tritongen.model_build.tiny import tiny_spec, tiny_weights
+
+    weights = tiny_weights(tiny_spec(), seed=0)  # the weights tiny_folder was built from
+    write_target_matrices(tiny_folder, weights)
+    write_heads(tiny_folder.parent, tiny_folder.name, weights)
+    return tiny_folder.parent
+
+
+def engine_with_all_modes(folder, draft, heads_repo) -> Engine:
+    from tritongen.speculative.head_config import load_head
+
+    heads = {kind: load_head(heads_repo / f"{kind}_head", K) for kind in HEAD_KINDS}
+    return Engine(folder, EngineConfig(draft_model=draft, **heads))
+
+
 @pytest.mark.parametrize("model", ["tiny", "smollm2"])
-def test_every_mode_is_token_identical_alone_and_mixed_in_a_batch(model, request, tiny_folder):
+def test_every_mode_is_token_identical_alone_and_mixed_in_a_batch(model, request, tiny_folder, tiny_heads):
     if model == "tiny":
-        folder, draft = tiny_folder, tiny_folder  # the target as its own draft: always agrees
+        folder, draft, heads = tiny_folder, tiny_folder, tiny_heads  # the target as its own draft: always agrees
     else:
         folder = request.getfixturevalue("target_gqa_folder")
-        draft = folder.parent / "draft_gqa"
-    engine = Engine(folder, EngineConfig(draft_model=draft))
+        draft, heads = folder.parent / "draft_gqa", folder.parent
+    engine = engine_with_all_modes(folder, draft, heads)
     words = "alpha beta gamma delta alpha beta gamma delta alpha beta"
     prompts = [f"Repeat: {words}. Again: {words}. Once more:", "Count: one two three one two three one two",
                "Hello world", "The list: red, green, blue, red, green, blue, red,"]
-    modes = [None, LOOKUP, SpeculativeMode("draft_model")]
+    modes = [None, LOOKUP, SpeculativeMode("draft_model")] + [SpeculativeMode(kind) for kind in HEAD_KINDS]
     try:
-        requests = [GenerateRequest(prompts[i % 4], GenerateOptions(max_new_tokens=16, stop_on_eos=False,
-                                                                     speculative_mode=modes[i % 3]))
+        requests = [GenerateRequest(prompts[i % 4], GenerateOptions(max_new_tokens=12, stop_on_eos=False,
+                                                                     speculative_mode=modes[i % len(modes)]))
                     for i in range(8)]
-        plain = [engine.generate(GenerateRequest(r.prompt, GenerateOptions(max_new_tokens=16, stop_on_eos=False))).token_ids
+        plain = [engine.generate(GenerateRequest(r.prompt, GenerateOptions(max_new_tokens=12, stop_on_eos=False))).token_ids
                  for r in requests]
         solo, batch = solo_and_batch(engine, requests)
         for i, r in enumerate(requests):
             assert solo[i] == plain[i], f"{model} request {i} alone"
             assert batch[i].token_ids == plain[i], f"{model} request {i} in the mixed batch"
-        for kind in ("prompt_lookup", "draft_model"):
-            drafted = sum(b.total_draft_tokens for b, r in zip(batch, requests)
-                          if r.options.speculative_mode and r.options.speculative_mode.kind == kind)
-            accepted = sum(b.total_accepted_draft_tokens for b, r in zip(batch, requests)
-                           if r.options.speculative_mode and r.options.speculative_mode.kind == kind)
-            print(f"{model} {kind}: drafted {drafted}, accepted {accepted}")
-            assert drafted > 0 and accepted > 0
+        for mode in modes[1:]:
+            runs = [b for b, r in zip(batch, requests) if r.options.speculative_mode == mode]
+            drafted = sum(b.total_draft_tokens for b in runs)
+            accepted = sum(b.total_accepted_draft_tokens for b in runs)
+            print(f"{model} {mode.kind}: drafted {drafted}, accepted {accepted}")
+            assert drafted > 0
+            if mode.kind in ("prompt_lookup", "draft_model"):
+                assert accepted > 0
     finally:
         engine.close()
 
@@ -173,3 +196,18 @@ def _chi_z(a: np.ndarray, b: np.ndarray) -> float:
     stat = (((a * np.sqrt(nb / na) - b * np.sqrt(na / nb)) ** 2) / (a + b)).sum()
     df = max(len(a) - 1, 1)
     return ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / np.sqrt(2 / (9 * df))
+
+
+def test_mtp_hidden_threaded_mode(tiny_folder, tiny_heads):
+    from tritongen.speculative.head_config import load_head
+
+    mtp = load_head(tiny_heads / "mtp_head", K, kv_mode="hidden_threaded")
+    engine = Engine(tiny_folder, EngineConfig(mtp=mtp))
+    try:
+        options = GenerateOptions(max_new_tokens=12, stop_on_eos=False)
+        plain = engine.generate(GenerateRequest("Hello world", options)).token_ids
+        options.speculative_mode = SpeculativeMode("mtp")
+        spec = engine.generate(GenerateRequest("Hello world", options))
+        assert spec.token_ids == plain and spec.total_draft_tokens > 0
+    finally:
+        engine.close()

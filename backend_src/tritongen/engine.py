@@ -31,6 +31,9 @@ from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResul
 from .repository import model_input_names, onnx_path
 from .sampling import RequestSampler, TokenChoice
 from .speculative.draft_model import DraftModelProposer
+from .speculative.eagle3 import Eagle3Proposer
+from .speculative.mtp import MtpProposer
+from .speculative.shared_kv import SharedKvProposer
 from .speculative.prompt_lookup import PromptLookupProposer
 from .speculative.proposer import Proposal, Proposer
 from .scheduler import Scheduler
@@ -181,7 +184,19 @@ class Engine:
             if draft.shape.vocab_size != self.vocab_size:
                 raise ValueError(f"draft model vocabulary {draft.shape.vocab_size} differs from the target's {self.vocab_size}")
             proposers["draft_model"] = DraftModelProposer(draft)
+        threads, providers = cfg.intra_op_threads, cfg.execution_providers or None
+        if cfg.mtp is not None:
+            proposers["mtp"] = MtpProposer(cfg.mtp, threads, providers)
+        if cfg.eagle3 is not None:
+            proposers["eagle3"] = Eagle3Proposer(cfg.eagle3, threads, providers)
+        if cfg.shared_kv is not None:
+            proposers["shared_kv"] = SharedKvProposer(cfg.shared_kv, self.decoder, threads, providers)
         return proposers
+
+    @staticmethod
+    def _hidden_names(rows) -> tuple[str, ...]:
+        names = {n for s in rows if s.proposer is not None for n in s.proposer.hidden_outputs}
+        return tuple(sorted(names))
 
     def _speculation(self, options) -> tuple:
         """(proposer, mode, K) for a request: its own choice, else the engine default."""
@@ -345,7 +360,10 @@ class Engine:
                 ids[slot, 0] = seq.tokens[-1]
         constrained = [s for s in rows if s.matcher is not None]
         masks = self.masks.start([s.matcher for s in constrained]) if constrained else None  # runs beside the model
-        logits, _ = self.decoder.decode(ids, seqlens)
+        hidden_names = self._hidden_names(rows)
+        logits, extras = self.decoder.decode(ids, seqlens, hidden_names)
+        for seq in rows if hidden_names else ():
+            seq.hidden = {n: extras[n][seq.slot, 0].copy() for n in seq.proposer.hidden_outputs} if seq.proposer else {}
         allowed = self._allowed(constrained, masks)
         self.stats.decode_steps += 1
         self.stats.decode_log.append(tuple(s.request_id for s in rows))
@@ -366,7 +384,7 @@ class Engine:
         """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""
         start, k = seq.num_computed, len(proposal.tokens)
         ids = np.array([[seq.tokens[-1], *proposal.tokens]], np.int64)
-        logits, _ = self.decoder.prefill(seq.slot, ids, start)
+        logits, extras = self.decoder.prefill(seq.slot, ids, start, seq.proposer.hidden_outputs)
         rows = logits[0].copy()
         self.stats.verify_calls += 1
         accepted, done = 0, len(finished)
@@ -379,6 +397,7 @@ class Engine:
             else:
                 choice = seq.sampler.choose(rows[i], allowed)
             self._emit(seq, choice, finished)
+            seq.hidden = {n: extras[n][0, i].copy() for n in extras}
             if len(finished) > done or i == k or choice.token_id != proposal.tokens[i]:
                 break
             accepted += 1
@@ -395,7 +414,9 @@ class Engine:
         samples = start + n == seq.prefill_target and seq.num_generated == 0
         constrained = [seq] if samples and seq.matcher is not None else []
         masks = self.masks.start([seq.matcher]) if constrained else None
-        logits, _ = self.decoder.prefill(seq.slot, chunk, start)
+        hidden_names = seq.proposer.hidden_outputs if samples and seq.proposer is not None else ()
+        logits, extras = self.decoder.prefill(seq.slot, chunk, start, hidden_names)
+        seq.hidden = {n: extras[n][0, -1].copy() for n in hidden_names}
         allowed = self._allowed(constrained, masks)
         self.stats.prefill_calls += 1
         seq.num_computed += n

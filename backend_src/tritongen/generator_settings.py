@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pathlib import Path
+
 from .options import EngineConfig, GenerateOptions, SchedulerConfig
+from .speculative.head_config import load_head
+from .speculative.modes import SpeculativeMode
 
 
 @dataclass
@@ -18,11 +22,14 @@ class GeneratorSettings:
 
 
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-             "intra_op_threads", "default_max_tokens")
-_KNOWN = set(_INT_KEYS) | {"target_model", "scheduler_policy", "execution_providers"}
+             "intra_op_threads", "default_max_tokens", "num_speculative_tokens")
+_FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
+_KNOWN = set(_INT_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
+                                            "speculative_mode", "mtp_kv_mode"}
 
 
-def parse_settings(params: dict[str, str]) -> GeneratorSettings:
+def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSettings:
+    """`repository` holds the folders that target_model, draft_model and the *_head parameters name."""
     unknown = sorted(set(params) - _KNOWN)
     if unknown:
         raise ValueError(f"generator config.pbtxt has unknown parameter(s): {', '.join(unknown)}")
@@ -45,7 +52,22 @@ def parse_settings(params: dict[str, str]) -> GeneratorSettings:
         max_model_len=ints.get("max_model_len", defaults.max_model_len),
         intra_op_threads=ints.get("intra_op_threads", 0),
         execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
+        speculative_mode=SpeculativeMode(params.get("speculative_mode", "").strip() or "none"),
+        num_speculative_tokens=ints.get("num_speculative_tokens", EngineConfig.num_speculative_tokens),
     )
+    folders = {key: repository / params[key].strip() for key in _FOLDERS if params.get(key, "").strip()}
+    missing = [f"{key}={path.name}" for key, path in folders.items() if not path.is_dir()]
+    if missing:
+        raise ValueError(f"generator parameter(s) name missing repository folder(s): {', '.join(missing)}")
+    k = engine.num_speculative_tokens
+    engine.draft_model = folders.get("draft_model")
+    if "mtp_head" in folders:
+        kv_mode = params.get("mtp_kv_mode", "").strip()
+        engine.mtp = load_head(folders["mtp_head"], k, **({"kv_mode": kv_mode} if kv_mode else {}))
+    if "eagle3_head" in folders:
+        engine.eagle3 = load_head(folders["eagle3_head"], k)
+    if "shared_kv_head" in folders:
+        engine.shared_kv = load_head(folders["shared_kv_head"], k)
     engine.validate()
     return GeneratorSettings(
         target_model=params.get("target_model", "").strip() or "target_gqa",

@@ -82,8 +82,10 @@ class SlotDecoder:
         for name in extra_outputs:
             binding.bind_output(name, "cpu")
         self.session.run_with_iobinding(binding)
-        extras = dict(zip(extra_outputs, binding.copy_outputs_to_cpu()[1:])) if extra_outputs else {}
-        return logits, extras
+        if not extra_outputs:
+            return logits, {}
+        values = binding.get_outputs()[-len(extra_outputs):]  # the extras only: never copy the KV
+        return logits, {name: v.numpy() for name, v in zip(extra_outputs, values)}
 
     def decode(self, input_ids: np.ndarray, seqlens_k: np.ndarray,
                extra_outputs: tuple[str, ...] = ()) -> tuple[np.ndarray, dict]:

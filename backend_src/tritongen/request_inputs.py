@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .options import CONSTRAINT_KINDS, GenerateConstraint, GenerateOptions, GenerateRequest, Priority
+from .speculative.modes import SpeculativeMode
 
 PROMPT_INPUTS = ("text_input", "input_ids", "messages")
 
@@ -25,9 +26,9 @@ _SCALARS = {
     "top_k": _INT, "min_p": _FLOAT, "repetition_penalty": _FLOAT, "frequency_penalty": _FLOAT,
     "presence_penalty": _FLOAT, "seed": _INT, "random_seed": _INT, "end_id": _INT, "ignore_eos": _BOOL,
     "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
-    "logprobs": _INT, "end_session": _BOOL,
+    "logprobs": _INT, "end_session": _BOOL, "num_draft_tokens": _INT,
 }
-_STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide"}
+_STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide", "speculative"}
 # vLLM's guided_decoding keys -> our constraint kinds.
 _GUIDED_KEYS = {"json": "json_schema", "json_object": "json", "regex": "regex", "grammar": "lark", "choice": "choice"}
 _SAMPLING_KEYS = {
@@ -251,6 +252,12 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
         options.top_logprobs = top_logprobs
 
     options.constraint = _constraint(tensors, sampling, parameters)
+    options.speculative_mode = _speculative(_string_option("speculative", tensors, parameters))
+    num_draft = get("num_draft_tokens", _INT)
+    if num_draft is not None:
+        if not 1 <= num_draft <= 16:
+            raise RequestError(f"num_draft_tokens must be between 1 and 16, got {num_draft}")
+        options.num_speculative_tokens = num_draft
     try:
         options.validate()
     except ValueError as exc:
@@ -315,6 +322,31 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict) -> GenerateCons
         return GenerateConstraint(_GUIDED_KEYS[key], value)
     except ValueError as exc:
         raise RequestError(f"sampling_parameters.guided_decoding.{key}: {exc}") from None
+
+
+def _speculative(raw: str | None) -> SpeculativeMode | None:
+    """{"mode": name, numeric knobs...}: a mode configured in the repository, never a file path."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"speculative is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("mode"), str):
+        raise RequestError('speculative must be a JSON object with a string "mode"')
+    knobs = {k: v for k, v in spec.items() if k != "mode"}
+    unknown = sorted(set(knobs) - {"ngram", "max_tokens"})
+    if unknown:
+        raise RequestError(f"speculative has unsupported key(s): {', '.join(unknown)}")
+    for key, value in knobs.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RequestError(f"speculative.{key} must be an integer")
+    mode = SpeculativeMode(spec["mode"], **knobs)
+    try:
+        mode.validate()
+    except ValueError as exc:
+        raise RequestError(f"speculative: {exc}") from None
+    return mode
 
 
 def _string_option(name: str, tensors: dict, parameters: dict) -> str | None:

@@ -55,6 +55,7 @@ class Sequence:
     spec_k: int = 0
     drafted: int = 0
     accepted: int = 0
+    hidden: dict = field(default_factory=dict)  # target hidden states at the last computed token
     num_preemptions: int = 0
     cancel_requested: bool = False
     created_at: float = field(default_factory=time.monotonic)

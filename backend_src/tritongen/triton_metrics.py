@@ -41,6 +41,10 @@ class GeneratorMetrics:
             "pages_used": family("tritongen:kv_pages_used", "KV pages referenced by requests or sessions.", gauge),
             "pages_free": family("tritongen:kv_pages_free", "KV pages free or holding reusable cached prefixes.", gauge),
             "masks": family("tritongen:constraint_mask_seconds_total", "Time spent computing constraint masks.", counter),
+            "drafted": family("tritongen:spec_draft_tokens_total", "Speculative tokens proposed.", counter),
+            "accepted": family("tritongen:spec_accepted_tokens_total", "Speculative tokens the target accepted.", counter),
+            "verify": family("tritongen:spec_verify_steps_total", "Verification calls (mean accepted length = "
+                             "accepted / verify steps).", counter),
         }
         f = self._families
         self.prompt = f["prompt"].Metric(labels=labels)
@@ -51,8 +55,9 @@ class GeneratorMetrics:
         self.e2e = f["e2e"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.queue_time = f["queue"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.gauges = {k: f[k].Metric(labels=labels) for k in ("running", "waiting", "swapped", "pages_used", "pages_free")}
-        self.mask_seconds = f["masks"].Metric(labels=labels)
-        self._mask_seconds_seen = 0.0
+        # Engine totals mirrored as counters: the drain thread adds what grew since the last snapshot.
+        self.totals = {k: f[k].Metric(labels=labels) for k in ("masks", "drafted", "accepted", "verify")}
+        self._totals_seen = dict.fromkeys(self.totals, 0.0)
         self._labels = labels
         self._success: dict[str, object] = {}
         self._queue: queue.Queue = queue.Queue()
@@ -66,18 +71,20 @@ class GeneratorMetrics:
     def engine_stepped(self, engine) -> None:
         """Called on the engine thread after each step: snapshot the gauges a few times a second."""
         now = time.monotonic()
-        if now - self._last_gauges < 0.2:
-            return
+        if now - self._last_gauges < 0.2 and engine.scheduler.has_work():
+            return  # throttled while busy; the step that leaves the engine idle always reports
         self._last_gauges = now
         sched = engine.scheduler
-        self._queue.put(("gauges", {
+        self._queue.put(("gauges", ({
             "running": len(sched.running),
             "waiting": sum(1 for s in sched.waiting if s.num_preemptions == 0),
             "swapped": sum(1 for s in sched.waiting if s.num_preemptions > 0),
             "pages_used": engine.pool.num_used(),
             "pages_free": engine.pool.num_available(),
-            "mask_seconds": engine.masks.seconds,
-        }))
+        }, {
+            "masks": engine.masks.seconds, "drafted": engine.stats.drafted_tokens,
+            "accepted": engine.stats.accepted_tokens, "verify": engine.stats.verify_calls,
+        })))
 
     def close(self) -> None:
         self._queue.put(None)
@@ -87,11 +94,13 @@ class GeneratorMetrics:
         while (item := self._queue.get()) is not None:
             kind, value = item
             if kind == "gauges":
-                mask_seconds = value.pop("mask_seconds")
-                self.mask_seconds.increment(mask_seconds - self._mask_seconds_seen)
-                self._mask_seconds_seen = mask_seconds
-                for name, number in value.items():
+                gauges, totals = value
+                for name, number in gauges.items():
                     self.gauges[name].set(number)
+                for name, total in totals.items():
+                    if total > self._totals_seen[name]:
+                        self.totals[name].increment(total - self._totals_seen[name])
+                        self._totals_seen[name] = total
                 continue
             self._observe(value)
 

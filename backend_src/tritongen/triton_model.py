@@ -39,7 +39,7 @@ class _Stream:
     def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics):
         self.sender = sender
         self.num_generated = 0
-        self.prefix_hit_len = 0
+        self.prefix_hit_len = self.drafted = self.accepted = 0
         self.text = ""  # streamed text not sent yet
         self.metrics = metrics
         self.parsed = parsed
@@ -58,6 +58,8 @@ class _Stream:
         ]
         if finish is not None:
             tensors.append(pb_utils.Tensor("prefix_cache_hit_len", np.array([self.prefix_hit_len], dtype=np.uint32)))
+            tensors.append(pb_utils.Tensor("total_draft_tokens", np.array([self.drafted], dtype=np.int32)))
+            tensors.append(pb_utils.Tensor("total_accepted_draft_tokens", np.array([self.accepted], dtype=np.int32)))
         if self.parsed.request.options.top_logprobs is not None:
             entries = [
                 json.dumps({"id": lp.token_id, "text": self.tokenizer.decode([lp.token_id]), "logprob": lp.logprob,
@@ -86,6 +88,7 @@ class _Stream:
     def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
         if result is not None:
             self.prefix_hit_len = result.prefix_cache_hit_len
+            self.drafted, self.accepted = result.total_draft_tokens, result.total_accepted_draft_tokens
             self.metrics.request_finished(result)
         if isinstance(error, ClientCancelled):
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
@@ -108,8 +111,9 @@ class TritonPythonModel:
         self.model_config = json.loads(args["model_config"])
         if not pb_utils.using_decoupled_model_transaction_policy(self.model_config):
             raise pb_utils.TritonModelException("generator must use the decoupled transaction policy")
-        settings = parse_settings(_parameters(self.model_config))
-        target = Path(args["model_repository"]).parent / settings.target_model
+        repository = Path(args["model_repository"]).parent
+        settings = parse_settings(_parameters(self.model_config), repository)
+        target = repository / settings.target_model
         self.defaults = settings.defaults
         self.input_names = [i["name"] for i in self.model_config["input"]]
         self.logger = pb_utils.Logger

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from . import __file__ as _pkg_file
 from .decoder_graph import build_decoder
 from .gguf_import import read_weights
+from .head_folders import write_heads, write_target_matrices
 from .onnx_folder import write_model_folder
 from .tokenizer_files import settings_from_gguf, tokenizer_json_from_gguf
 
@@ -64,10 +65,14 @@ VARIANTS = {
 }
 
 
+HEADS = ("mtp_head", "eagle3_head", "shared_kv_head")  # beside target_gqa, whose weights they read
+
+
 def build(repo: Path, gguf_path: Path) -> None:
     keys = {name: cache_key(gguf_path, f"drop={list(dropped)},attention={attention}")
             for name, (dropped, attention) in VARIANTS.items()}
-    stale = [name for name in VARIANTS if not is_fresh(repo / name, keys[name])]
+    keys.update({name: cache_key(gguf_path, f"head={name}") for name in HEADS})
+    stale = [name for name in keys if not is_fresh(repo / name, keys[name])]
     if not stale:
         print(f"models up to date in {repo} (builder {keys['target']['builder']})")
         return
@@ -75,12 +80,17 @@ def build(repo: Path, gguf_path: Path) -> None:
     reader = GGUFReader(str(gguf_path))
     tokenizer_json, settings = tokenizer_json_from_gguf(reader), settings_from_gguf(reader)
     weights = read_weights(str(gguf_path))
-    for name in tqdm(stale, desc="build onnx models"):
+    for name in tqdm([n for n in stale if n in VARIANTS], desc="build onnx models"):
         dropped, attention = VARIANTS[name]
         kept = [i for i in range(weights.spec.num_layers) if i not in dropped]
         model = build_decoder(weights.keep_layers(kept), attention=attention)
         write_model_folder(repo / name, model, tokenizer_json, settings)
         (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]), encoding="utf-8")
+    if any(name in HEADS for name in stale):
+        write_target_matrices(repo / "target_gqa", weights)
+        write_heads(repo, "target_gqa", weights)
+        for name in HEADS:
+            (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]), encoding="utf-8")
     print(f"built {', '.join(stale)} in {time.time() - t0:.1f}s under {repo}")
 
 

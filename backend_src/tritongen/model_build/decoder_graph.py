@@ -26,7 +26,7 @@ F32_MIN = float(np.finfo(np.float32).min)
 ATTENTION_LAYOUTS = ("concat", "gqa")
 
 
-class _Graph:
+class Graph:
     """Accumulates nodes and initializers with unique, readable names."""
 
     def __init__(self) -> None:
@@ -45,30 +45,48 @@ class _Graph:
         return outs[0] if outputs == 1 else outs
 
 
-def _rms_norm(g: _Graph, x: str, weight: str) -> str:
+def rms_norm(g: Graph, x: str, weight: str) -> str:
     """Pow-ReduceMean-Add-Sqrt-Div-Mul: the pattern onnxruntime fuses."""
     mean = g.op("ReduceMean", [g.op("Pow", [x, "c_two"]), "c_axis_last"], keepdims=1)
     std = g.op("Sqrt", [g.op("Add", [mean, "c_eps"])])
     return g.op("Mul", [g.op("Div", [x, std]), weight])
 
 
-def _heads(g: _Graph, x: str, n: int, head_dim: int) -> str:
+def split_heads(g: Graph, x: str, n: int, head_dim: int) -> str:
     """[b, s, n*d] -> [b, n, s, d]."""
     shaped = g.op("Reshape", [x, g.const(f"shape_heads_{g._count}", np.array([0, 0, n, head_dim], np.int64))])
     return g.op("Transpose", [shaped], perm=[0, 2, 1, 3])
 
 
-def _rotary(g: _Graph, x: str, cos: str, sin: str) -> str:
+def rotary(g: Graph, x: str, cos: str, sin: str) -> str:
     x1 = g.op("Slice", [x, "c_zero", "c_half", "c_axis_last"])
     x2 = g.op("Slice", [x, "c_half", "c_big", "c_axis_last"])
     rotated = g.op("Concat", [g.op("Neg", [x2]), x1], axis=-1)
     return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])])
 
 
-class _ConcatAttention:
+def swiglu(g: Graph, xn: str, prefix: str) -> str:
+    """The llama MLP: down(silu(gate(x)) * up(x)), weights `{prefix}gate_t|up_t|down_t`."""
+    gate = g.op("MatMul", [xn, prefix + "gate_t"])
+    act = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+    return g.op("MatMul", [g.op("Mul", [act, g.op("MatMul", [xn, prefix + "up_t"])]), prefix + "down_t"])
+
+
+def rope_tables(g: Graph, spec: LlamaSpec) -> tuple[str, str]:
+    """cos and sin [b, 1, s, head_dim] for rotate-half rotary at `position_ids`."""
+    hd = spec.head_dim
+    inv_freq = 1.0 / (spec.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    g.const("inv_freq", inv_freq.astype(np.float32).reshape(1, 1, -1))
+    pos = g.op("Cast", ["position_ids"], to=TensorProto.FLOAT)
+    freqs = g.op("Mul", [g.op("Unsqueeze", [pos, "c_axis_last"]), "inv_freq"])
+    angles = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], axis=-1), "c_one"])
+    return g.op("Cos", [angles], out="rope_cos"), g.op("Sin", [angles], out="rope_sin")
+
+
+class ConcatAttention:
     """Rotary and mask from position_ids / attention_mask; KV grows by Concat."""
 
-    def __init__(self, g: _Graph, spec: LlamaSpec):
+    def __init__(self, g: Graph, spec: LlamaSpec, sequence_input: str = "input_ids"):
         self.spec = spec
         hd = spec.head_dim
         g.const("c_zero", np.array([0], np.int64))
@@ -76,18 +94,12 @@ class _ConcatAttention:
         g.const("c_half", np.array([hd // 2], np.int64))
         g.const("c_big", np.array([np.iinfo(np.int64).max], np.int64))
         g.const("c_scale", np.float32(1.0 / np.sqrt(hd)))
-        inv_freq = 1.0 / (spec.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
-        g.const("inv_freq", inv_freq.astype(np.float32).reshape(1, 1, -1))
-        pos = g.op("Cast", ["position_ids"], to=TensorProto.FLOAT)
-        freqs = g.op("Mul", [g.op("Unsqueeze", [pos, "c_axis_last"]), "inv_freq"])
-        angles = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], axis=-1), "c_one"])  # [b, 1, s, hd]
-        self.cos = g.op("Cos", [angles], out="rope_cos")
-        self.sin = g.op("Sin", [angles], out="rope_sin")
+        self.cos, self.sin = rope_tables(g, spec)
         # Additive mask [b, 1, 1, s, T]: query i sits at column T - s + i and sees
         # the columns up to its own that attention_mask marks as real.
         g.const("c_zero_s", np.int64(0))
         g.const("c_one_s", np.int64(1))
-        s_len = g.op("Squeeze", [g.op("Shape", ["input_ids"], start=1, end=2)])
+        s_len = g.op("Squeeze", [g.op("Shape", [sequence_input], start=1, end=2)])
         t_len = g.op("Squeeze", [g.op("Shape", ["attention_mask"], start=1, end=2)])
         q_idx = g.op("Add", [g.op("Range", ["c_zero_s", s_len, "c_one_s"]), g.op("Sub", [t_len, s_len])])
         k_idx = g.op("Range", ["c_zero_s", t_len, "c_one_s"])
@@ -104,14 +116,14 @@ class _ConcatAttention:
     kv_length = "past"
     present_length = "total"
 
-    def layer(self, g: _Graph, i: int, lw: LayerWeights, xn: str) -> str:
+    def layer(self, g: Graph, i: int, lw: LayerWeights, xn: str) -> str:
         spec, p = self.spec, f"layers.{i}."
         hd, nh, kvh = spec.head_dim, spec.num_heads, spec.num_kv_heads
         for name in ("q", "k", "v"):
             g.const(p + name + "_t", np.ascontiguousarray(getattr(lw, name).T))
-        q = _rotary(g, _heads(g, g.op("MatMul", [xn, p + "q_t"]), nh, hd), self.cos, self.sin)
-        k = _rotary(g, _heads(g, g.op("MatMul", [xn, p + "k_t"]), kvh, hd), self.cos, self.sin)
-        v = _heads(g, g.op("MatMul", [xn, p + "v_t"]), kvh, hd)
+        q = rotary(g, split_heads(g, g.op("MatMul", [xn, p + "q_t"]), nh, hd), self.cos, self.sin)
+        k = rotary(g, split_heads(g, g.op("MatMul", [xn, p + "k_t"]), kvh, hd), self.cos, self.sin)
+        v = split_heads(g, g.op("MatMul", [xn, p + "v_t"]), kvh, hd)
         k_all = g.op("Concat", [f"past_key_values.{i}.key", k], out=f"present.{i}.key", axis=2)
         v_all = g.op("Concat", [f"past_key_values.{i}.value", v], out=f"present.{i}.value", axis=2)
         # Grouped heads: fold the query heads of one KV head into one axis, no KV repeat.
@@ -129,7 +141,7 @@ class _ConcatAttention:
 class _GqaAttention:
     """GroupQueryAttention with packed QKV; rotary from the op's cos/sin caches."""
 
-    def __init__(self, g: _Graph, spec: LlamaSpec):
+    def __init__(self, g: Graph, spec: LlamaSpec):
         self.spec = spec
         hd = spec.head_dim
         if hd % 16:
@@ -146,7 +158,7 @@ class _GqaAttention:
     kv_length = "max_length"
     present_length = "max_length"
 
-    def layer(self, g: _Graph, i: int, lw: LayerWeights, xn: str) -> str:
+    def layer(self, g: Graph, i: int, lw: LayerWeights, xn: str) -> str:
         spec, p = self.spec, f"layers.{i}."
         g.const(p + "qkv_t", np.ascontiguousarray(np.concatenate([lw.q, lw.k, lw.v], axis=0).T))
         qkv = g.op("MatMul", [xn, p + "qkv_t"])
@@ -166,12 +178,12 @@ def build_decoder(weights: LlamaWeights, hidden_layers: tuple[int, ...] | None =
     spec = weights.spec
     hd, kvh = spec.head_dim, spec.num_kv_heads
     hidden_layers = hidden_state_layers(spec.num_layers) if hidden_layers is None else hidden_layers
-    g = _Graph()
+    g = Graph()
     g.const("c_two", np.float32(2.0))
     g.const("c_eps", np.float32(spec.rms_eps))
     g.const("c_axis_last", np.array([-1], np.int64))
     g.const("embedding", weights.embedding)
-    attn = (_ConcatAttention if attention == "concat" else _GqaAttention)(g, spec)
+    attn = (ConcatAttention if attention == "concat" else _GqaAttention)(g, spec)
 
     x = g.op("Gather", ["embedding", "input_ids"], out="embeddings")
     hidden_outputs = []
@@ -181,17 +193,14 @@ def build_decoder(weights: LlamaWeights, hidden_layers: tuple[int, ...] | None =
             g.const(p + name, getattr(lw, name))
         for name in ("o", "gate", "up", "down"):
             g.const(p + name + "_t", np.ascontiguousarray(getattr(lw, name).T))
-        ctx = attn.layer(g, i, lw, _rms_norm(g, x, p + "attn_norm"))
+        ctx = attn.layer(g, i, lw, rms_norm(g, x, p + "attn_norm"))
         x = g.op("Add", [x, g.op("MatMul", [ctx, p + "o_t"])])
-        xn = _rms_norm(g, x, p + "ffn_norm")
-        gate = g.op("MatMul", [xn, p + "gate_t"])
-        act = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
-        x = g.op("Add", [x, g.op("MatMul", [g.op("Mul", [act, g.op("MatMul", [xn, p + "up_t"])]), p + "down_t"])])
+        x = g.op("Add", [x, swiglu(g, rms_norm(g, x, p + "ffn_norm"), p)])
         if i in hidden_layers:
             hidden_outputs.append(g.op("Identity", [x], out=f"hidden_states.{i}"))
 
     g.const("final_norm", weights.final_norm)
-    last = _rms_norm(g, x, "final_norm")
+    last = rms_norm(g, x, "final_norm")
     g.op("Identity", [last], out="last_hidden_state")
     flat = g.op("Reshape", [last, g.const("c_flat", np.array([-1, spec.hidden_size], np.int64))])
     logits2d = g.op("Gemm", [flat, "embedding"], transB=1)  # tied LM head: the embedding is stored once

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .proposer import Proposal, Proposer
+from .proposer import Proposal, Proposer, draw, proposal
 
 CATCH_UP_CHUNK = 256
 
@@ -29,21 +29,15 @@ class DraftModelProposer(Proposer):
             self.decoder.prefill(slot, np.array([chunk], np.int64), n)
             n += len(chunk)
         self._base[slot] = len(tokens)
-        sampler = seq.sampler
         out, probs, token = [], [], tokens[-1]
         for j in range(k):
             logits, _ = self.decoder.prefill(slot, np.array([[token]], np.int64), n + j)
-            row = logits[0, -1].astype(np.float64)
-            if sampler.greedy:
-                token = int(np.argmax(row))
-            else:
-                q = np.exp((row - row.max()) / sampler.options.temperature)
-                q /= q.sum()
-                token = int(min(np.searchsorted(np.cumsum(q), sampler.rng.random(), side="right"), q.shape[0] - 1))
-                probs.append(q)
+            token, q = draw(logits[0, -1], seq.sampler)
             out.append(token)
+            if q is not None:
+                probs.append(q)
         self.computed[slot] = n + k
-        return Proposal(out, np.stack(probs) if probs else None)
+        return proposal(out, probs)
 
     def accepted(self, seq, num_accepted: int, num_proposed: int) -> None:
         if seq.slot is not None:

@@ -15,8 +15,24 @@ class Proposal:
     probs: np.ndarray | None = None
 
 
+def draw(logits: np.ndarray, sampler) -> tuple[int, np.ndarray | None]:
+    """A draft token from draft logits: argmax when greedy, else a sample with its distribution q."""
+    row = logits.astype(np.float64)
+    if sampler.greedy:
+        return int(np.argmax(row)), None
+    q = np.exp((row - row.max()) / sampler.options.temperature)
+    q /= q.sum()
+    return int(min(np.searchsorted(np.cumsum(q), sampler.rng.random(), side="right"), q.shape[0] - 1)), q
+
+
+def proposal(tokens: list[int], probs: list) -> Proposal:
+    return Proposal(tokens, np.stack(probs) if probs else None)
+
+
 class Proposer:
     """Base: stateless proposers need only `propose`; ones with per-slot state override the rest."""
+
+    hidden_outputs: tuple[str, ...] = ()  # target outputs this proposer reads (seq.hidden)
 
     def propose(self, seq, k: int) -> Proposal | None:
         raise NotImplementedError

@@ -1,0 +1,59 @@
+"""`python -m tritongen.openai_api`: serve the OpenAI API, optionally starting Triton too.
+
+With --start-triton it launches the repository's tritonserver first (ports
+from TRITON_HTTP_PORT / TRITON_GRPC_PORT / TRITON_METRICS_PORT, as `make
+serve`), waits for the generator, and stops the server on exit — the one
+command behind `make serve-openai`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import uvicorn
+
+from .app import create_app
+
+
+def main(argv: list[str] | None = None) -> int:
+    env = os.environ
+    ap = argparse.ArgumentParser(prog="python -m tritongen.openai_api", description=__doc__.split("\n")[0])
+    ap.add_argument("--triton-url", default=None, help="Triton gRPC host:port (default localhost:8001, or the "
+                                                       "started server's)")
+    ap.add_argument("--model", default="generator", help="the Triton model to front, also the OpenAI model name")
+    ap.add_argument("--host", default="0.0.0.0")
+    ap.add_argument("--port", type=int, default=9000)
+    ap.add_argument("--log-level", default="info")
+    ap.add_argument("--start-triton", action="store_true", help="start tritonserver on model_repository/ first")
+    args = ap.parse_args(argv)
+
+    server = None
+    if args.start_triton:
+        from tritongen.serve import TritonServer
+
+        server = TritonServer(models=[args.model], http_port=int(env.get("TRITON_HTTP_PORT", 8000)),
+                              grpc_port=int(env.get("TRITON_GRPC_PORT", 8001)),
+                              metrics_port=int(env.get("TRITON_METRICS_PORT", 8002)))
+        print(f"starting tritonserver (grpc {server.grpc_port}, log {server.log_file}) ...", flush=True)
+        try:
+            server.start(300)
+        except (RuntimeError, KeyboardInterrupt) as exc:
+            server.stop()
+            print(exc, file=sys.stderr)
+            return 1
+    triton_url = args.triton_url or (server.url_grpc if server else "localhost:8001")
+    try:
+        print(f"OpenAI API on http://{args.host}:{args.port}/v1 -> Triton {triton_url} model {args.model}",
+              flush=True)
+        uvicorn.run(create_app(triton_url, args.model), host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if server is not None:
+            server.stop()
+            print("tritonserver stopped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

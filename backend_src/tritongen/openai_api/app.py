@@ -1,0 +1,103 @@
+"""The FastAPI application: routes, the shared Triton client, and error handlers.
+
+Why the handlers: FastAPI's defaults answer 422 with its own body; OpenAI
+clients expect 400 (404, 500) with {"error": {...}}, and map those statuses to
+their exception classes (BadRequestError, NotFoundError, InternalServerError).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from .chat import chat_completions
+from .completions import completions
+from .disconnect import ClientDisconnected
+from .errors import OpenAIError
+from .generator_client import GeneratorClient
+from .model_list import check_model, model_card, model_list
+from .schemas import ChatCompletionRequest, CompletionRequest
+
+log = logging.getLogger("tritongen.openai_api")
+
+
+def _param(loc: tuple) -> str | None:
+    """FastAPI's error location ("body", "messages", 0, "role") -> OpenAI's param ("messages[0].role")."""
+    parts = [p for p in loc if p != "body"]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or None
+
+
+def create_app(triton_url: str = "localhost:8001", model: str = "generator") -> FastAPI:
+    """An app whose Triton client is opened in the serving event loop (grpc.aio binds to its loop)."""
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.client = GeneratorClient(triton_url, model)
+        try:
+            yield
+        finally:
+            await app.state.client.close()
+
+    app = FastAPI(title="tritongen OpenAI-compatible API", lifespan=lifespan)
+
+    @app.exception_handler(OpenAIError)
+    async def _openai_error(request: Request, exc: OpenAIError):
+        if exc.status >= 500:
+            log.error("%s %s: %s", request.method, request.url.path, exc.message)
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        param = _param(tuple(first.get("loc", ())))
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+        return OpenAIError(400, message, param).response()
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException):
+        return OpenAIError(exc.status_code, str(exc.detail)).response()
+
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(request: Request, exc: ClientDisconnected):
+        return JSONResponse({}, status_code=499)  # nobody reads it; the generation was cancelled
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return OpenAIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+
+    @app.get("/health")
+    async def health():
+        ready = await app.state.client.is_ready()
+        return JSONResponse({"triton_model_ready": ready}, status_code=200 if ready else 503)
+
+    @app.get("/v1/models")
+    async def list_models():
+        return model_list(model, created)
+
+    @app.get("/v1/models/{name}")
+    async def get_model(name: str):
+        check_model(name, model)
+        return model_card(model, created)
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatCompletionRequest, request: Request):
+        check_model(req.model, model)
+        return await chat_completions(req, app.state.client, request)
+
+    @app.post("/v1/completions")
+    async def complete(req: CompletionRequest, request: Request):
+        check_model(req.model, model)
+        return await completions(req, app.state.client, request)
+
+    return app

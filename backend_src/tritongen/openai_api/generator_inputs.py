@@ -1,0 +1,102 @@
+"""An OpenAI request -> the generator's input tensors, one dict per choice.
+
+Why one dict per choice: `n` > 1 runs as n independent generator requests
+(batched together by the generator), each with its own seed so the samples
+differ; with a `seed`, choice i uses seed + i, so the whole response is
+reproducible and choice 0 equals the same request with n = 1.
+
+Defaults follow OpenAI where the generator's differ: temperature 1.0 and
+top_p 1.0 when absent (the generator alone would decode greedily). An absent
+max_tokens leaves the generator's configured default_max_tokens in force.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, ResponseFormat, SamplingRequest
+from .errors import invalid
+
+
+def _guided_decoding(fmt: ResponseFormat | None) -> dict | None:
+    """response_format -> the generator's sampling_parameters.guided_decoding."""
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return {"json_object": True}
+    if fmt.json_schema is None:
+        raise invalid("response_format json_schema needs a json_schema object", "response_format")
+    if fmt.json_schema.schema_ is None:
+        return {"json_object": True}
+    return {"json": fmt.json_schema.schema_}
+
+
+def _sampling(req: SamplingRequest, max_tokens: int | None, top_logprobs: int | None) -> dict[str, Any]:
+    inputs: dict[str, Any] = {
+        "stream": req.stream,
+        "exclude_input_in_output": True,
+        "max_tokens": max_tokens,
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "top_p": req.top_p,
+        "frequency_penalty": req.frequency_penalty,
+        "presence_penalty": req.presence_penalty,
+        "top_k": req.top_k,
+        "min_p": req.min_p,
+        "repetition_penalty": req.repetition_penalty,
+        "ignore_eos": req.ignore_eos,
+        "min_length": req.min_tokens,
+    }
+    if req.stop:
+        inputs["stop_words"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)
+    if top_logprobs is not None:
+        inputs["return_log_probs"] = True
+        inputs["top_logprobs"] = top_logprobs
+    extra = {}
+    guided = _guided_decoding(req.response_format)
+    if guided is not None:
+        extra["guided_decoding"] = guided
+    if req.stop_token_ids:
+        extra["stop_token_ids"] = req.stop_token_ids
+    if extra:
+        inputs["sampling_parameters"] = json.dumps(extra)
+    return inputs
+
+
+def _per_choice(inputs: dict[str, Any], req: SamplingRequest) -> list[dict[str, Any]]:
+    seeds = [None] * req.n if req.seed is None else [(req.seed + i) % 2**64 for i in range(req.n)]
+    return [{**inputs, "seed": seed} for seed in seeds]
+
+
+def _message_text(message: ChatMessage, index: int) -> str:
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    texts = []
+    for part in message.content:
+        if part.type != "text" or part.text is None:
+            raise invalid(f"messages[{index}] has a {part.type!r} content part; only text is supported",
+                          f"messages[{index}].content")
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def chat_inputs(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """The chat goes to the generator's `messages` input, so its chat template renders it."""
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": _message_text(m, i)}
+                for i, m in enumerate(req.messages)]
+    top_logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    inputs = _sampling(req, req.max_completion_tokens or req.max_tokens, top_logprobs)
+    inputs["messages"] = json.dumps(messages)
+    return _per_choice(inputs, req)
+
+
+def completion_inputs(req: CompletionRequest) -> list[list[dict[str, Any]]]:
+    """Per prompt, per choice: text prompts go to `text_input`, token lists to `input_ids`."""
+    base = _sampling(req, req.max_tokens, req.logprobs)
+    out = []
+    for prompt in req.prompt_list():
+        key = "text_input" if isinstance(prompt, str) else "input_ids"
+        out.append(_per_choice({**base, key: prompt}, req))
+    return out

@@ -1,0 +1,43 @@
+"""EAGLE-3: the head fuses the target's low, middle and high hidden states of the last token,
+then recycles its own hidden output for each further draft step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .heads_runtime import empty_past, open_head, raw_matrix
+from .modes import Eagle3Config
+from .proposer import Proposer, draw, proposal
+
+
+class Eagle3Proposer(Proposer):
+    def __init__(self, config: Eagle3Config, threads: int = 0, providers=None):
+        self.config = config
+        self.session = open_head(config.head_model, threads, providers)
+        self.embedding = raw_matrix(config.embedding_weights, config.vocab_size, config.hidden_size)
+        self.hidden_outputs = tuple(config.target_hidden_outputs)
+
+    def propose(self, seq, k: int):
+        if any(name not in seq.hidden for name in self.hidden_outputs):
+            return None
+        h = self.config.hidden_size
+        target = np.concatenate([seq.hidden[n] for n in self.hidden_outputs]).reshape(1, 1, 3 * h).astype(np.float32)
+        draft_hidden = np.zeros((1, 1, h), np.float32)
+        key, value = empty_past(self.session)
+        token, position = seq.tokens[-1], len(seq.tokens) - 1
+        out, probs = [], []
+        for j in range(k):
+            logits, hidden_out, key, value = self.session.run(None, {
+                "target_hidden": target, "draft_hidden": draft_hidden,
+                "use_target": np.array([1.0 if j == 0 else 0.0], np.float32),
+                "inputs_embeds": np.asarray(self.embedding[token], np.float32).reshape(1, 1, -1),
+                "attention_mask": np.ones((1, key.shape[2] + 1), np.int64),
+                "position_ids": np.array([[position + j]], np.int64),
+                "past_key_values.0.key": key, "past_key_values.0.value": value,
+            })
+            draft_hidden = hidden_out
+            token, q = draw(logits[0, 0], seq.sampler)
+            out.append(token)
+            if q is not None:
+                probs.append(q)
+        return proposal(out, probs)

@@ -1,0 +1,52 @@
+"""Shared-KV assistant: owns no KV; reads the target's KV of bound layers straight from its slots.
+
+Each step builds inputs_embeds = concat(target_embedding(last token), hidden),
+seeded from the target's last hidden state and then threaded through the
+assistant's own projected_state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .heads_runtime import open_head, raw_matrix
+from .modes import SharedKvProposerConfig
+from .proposer import Proposer, draw, proposal
+
+
+class SharedKvProposer(Proposer):
+    def __init__(self, config: SharedKvProposerConfig, target_slots, threads: int = 0, providers=None):
+        if not hasattr(target_slots, "keys"):
+            raise ValueError("the shared-KV proposer needs the GroupQueryAttention target (slot KV buffers)")
+        self.config = config
+        self.slots = target_slots
+        self.session = open_head(config.assistant_model, threads, providers)
+        self.embedding = raw_matrix(config.input_embedding_weights, config.vocab_size, config.backbone_hidden_size)
+        self.hidden_outputs = (config.target_hidden_output,)
+        for group in config.shared_kv:
+            for layer in group.target_layers:
+                if not 0 <= layer < len(target_slots.keys):
+                    raise ValueError(f"shared-KV group '{group.name}' binds target layer {layer}, "
+                                     f"but the target has {len(target_slots.keys)} layers")
+
+    def propose(self, seq, k: int):
+        hidden = seq.hidden.get(self.config.target_hidden_output)
+        if hidden is None:
+            return None
+        feeds = {"kv_length": np.array([seq.num_computed], np.int64)}
+        for group in self.config.shared_kv:
+            layer = group.target_layers[-1]
+            feeds[f"shared_kv.{group.name}.key"] = self.slots.keys[layer][seq.slot:seq.slot + 1]
+            feeds[f"shared_kv.{group.name}.value"] = self.slots.values[layer][seq.slot:seq.slot + 1]
+        token, position = seq.tokens[-1], len(seq.tokens) - 1
+        out, probs = [], []
+        for j in range(k):
+            embeds = np.concatenate([self.embedding[token], hidden]).astype(np.float32).reshape(1, 1, -1)
+            logits, state = self.session.run(None, {**feeds, "inputs_embeds": embeds,
+                                                    "position_ids": np.array([[position + j]], np.int64)})
+            hidden = state[0, 0]
+            token, q = draw(logits[0, 0], seq.sampler)
+            out.append(token)
+            if q is not None:
+                probs.append(q)
+        return proposal(out, probs)
