@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE))
 
 import clients  # noqa: E402
 import peers  # noqa: E402
+import numpy as np  # noqa: E402
 import report  # noqa: E402
 from prompts import PROMPTS, WARMUP  # noqa: E402
 from worker import Worker  # noqa: E402
@@ -37,11 +38,12 @@ SYSTEMS = {
     "raw": ("raw", 1, "raw onnxruntime loop (the limit)", "raw"),
     "engine": ("engine", 1, "tritongen engine in-process, as served ({served})", "engine"),
     "triton": ("triton", 1, "tritongen via Triton, gRPC streaming ({served})", "triton"),
-    "engine-concat": ("engine", 1, "tritongen engine in-process, concat model.onnx", "engine-concat"),
+    "engine-concat": ("engine", 1, "tritongen engine in-process, concat model.onnx (default EngineConfig)", "engine-concat"),
     "ort-genai": ("ort-genai", 1, "onnxruntime-genai {v}", "ort-genai"),
     "onnx-genai": ("onnx-genai", 1, "onnx-genai {v} (no ITL: tokens arrive at the end)", "onnx-genai"),
     "raw-b16": ("raw", 16, "raw onnxruntime loop (the limit)", "raw"),
 }
+WARMUP_TOKENS = 32  # enough to take first-run costs out; longer warm-ups only cost time
 PAUSE_S = 0.3  # between systems: lets the previous one's onnxruntime threads stop spinning
 
 
@@ -96,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client-requests", type=int, default=3, help="measured requests per genai-perf run")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     ap.add_argument("--work", type=Path, default=HERE / "work")
+    ap.add_argument("--budget-min", type=float, default=13.0,
+                    help="wall-time budget: stop adding rounds / client runs that would overrun it (loudly)")
     args = ap.parse_args(argv)
     started = time.monotonic()
     n, rounds = args.new_tokens, min(args.rounds, len(PROMPTS))
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     workers: dict[str, Worker] = {}
     failures: dict[str, str] = {}
     records: dict[str, list[dict]] = {}
-    pa, gp = None, []
+    pa, gp, cut, loads = None, [], [], []
     in_tokens = sorted(len(ids) for _, ids in prompts)[len(prompts) // 2]
     try:
         log("loading every system in its own process (and tritonserver) ...")
@@ -166,19 +170,33 @@ def main(argv: list[str] | None = None) -> int:
                 workers.pop(name).stop()
 
         order = [name for name in SYSTEMS if name in workers]
-        log(f"warm-up: one {n}-token generation each ...")
+        warm_n = min(n, WARMUP_TOKENS)
+        log(f"warm-up: one {warm_n}-token generation each ...")
         for name in order:
             try:
-                workers[name].run(*warm, n)
+                workers[name].run(*warm, warm_n)
             except Exception as exc:  # noqa: BLE001 - one broken system must not hide the others
                 failures[name] = str(exc).strip().splitlines()[-1]
                 log(f"FAILED {name} warm-up:\n{exc}")
             time.sleep(PAUSE_S)
         order = [name for name in order if name not in failures]
         records = {name: [] for name in order}
+        budget = 60 * args.budget_min
         for r, (text, ids) in enumerate(prompts):
+            if r > 0 and not args.no_clients:
+                round_s = (time.monotonic() - rounds_started) / r
+                raw_s = float(np.median([rec["times"][-1] for rec in records.get("raw", [])] or [round_s / 6]))
+                clients_s = raw_s * (3 * (args.client_requests + 2) + 2) + 45
+                if time.monotonic() - started + round_s + clients_s > budget:
+                    cut.append(f"measured {r} of {rounds} rounds: another ({round_s:.0f}s) and the clients "
+                               f"(~{clients_s:.0f}s) would overrun the {args.budget_min:g}-min budget")
+                    log("TIME BUDGET: " + cut[-1])
+                    break
+            if r == 0:
+                rounds_started = time.monotonic()
             turn = order[r % len(order):] + order[:r % len(order)] if order else []
-            log(f"round {r + 1}/{rounds}: {', '.join(turn)}")
+            loads.append(os.getloadavg()[0])
+            log(f"round {r + 1}/{rounds} (load average {loads[-1]:.1f}): {', '.join(turn)}")
             for name in turn:
                 if name in failures:
                     continue
@@ -201,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
             log("  FAILED:\n" + pa["error"] if "error" in pa else "  ok")
             commands = clients.genai_perf_commands(server.url_grpc, server.url_http.removeprefix("http://"), target,
                                                    in_tokens, n, args.client_requests, args.work / "genai-perf")
-            for name, cmd in commands.items():
+            client_started = time.monotonic()
+            for k, (name, cmd) in enumerate(commands.items()):
+                per_run = (time.monotonic() - client_started) / k if k else 0
+                if k and time.monotonic() - started + per_run > budget + 60:
+                    cut.append(f"genai-perf {name} skipped: it would overrun the {args.budget_min:g}-min budget")
+                    log("TIME BUDGET: " + cut[-1])
+                    continue
                 log(f"genai-perf {name} ...")
                 gp.append(clients.genai_perf(name, cmd))
                 log("  FAILED:\n" + gp[-1]["error"] if "error" in gp[-1] else "  ok")
@@ -263,15 +287,23 @@ def main(argv: list[str] | None = None) -> int:
             row["base"] = bases.get(row["batch"])
 
     wall = time.monotonic() - started
+    measured = max((len(v) for v in records.values()), default=0)
+    loud += [f"TIME BUDGET: {c}" for c in cut]
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lengths = [len(ids) for _, ids in prompts]
+    lengths = [len(ids) for _, ids in prompts[:max(measured, 1)]]
     rel = (lambda p: p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)
-    header = (f"Measured {stamp} on {threads} cores ({cpu_model()}), load average {os.getloadavg()[0]:.2f} at "
-              f"the end. Model files: `{rel(onnx_file)}` (sha256 {sha256_prefix(onnx_file)}; fp32, concat "
+    contended = bool(loads) and max(loads) > threads
+    if contended:
+        loud.append(f"measured under contention: load average {min(loads):.1f}-{max(loads):.1f} at the rounds' "
+                    f"starts on {threads} cores; ratios are less reliable than on an idle machine")
+    header = (f"Measured {stamp} on {threads} cores ({cpu_model()}); load average at the start of each round "
+              f"{', '.join(f'{x:.1f}' for x in loads)}{' (**contended**: other work was running)' if contended else ''}. "
+              f"Model files: `{rel(onnx_file)}` (sha256 {sha256_prefix(onnx_file)}; fp32, concat "
               f"past/present) for the raw loop, both peers and the concat engine row; the generator serves "
               f"`{rel(served_file)}` (sha256 {sha256_prefix(served_file) if served_file.is_file() else '?'}; "
               f"the same weights in the GroupQueryAttention layout). Greedy, exactly {n} new tokens, prompts of "
-              f"{min(lengths)}-{max(lengths)} tokens, 1 warm-up + {rounds} measured rounds per system, interleaved "
+              f"{min(lengths)}-{max(lengths)} tokens, 1 warm-up ({min(n, WARMUP_TOKENS)} tokens) + {measured} measured "
+              f"rounds per system, interleaved "
               f"(one prompt per round, same for all); onnxruntime {versions['onnxruntime']}. Values are medians "
               f"over rounds (ITL: all inter-token gaps pooled); `(x)` is the ratio to the raw loop of the same "
               f"batch size in this run: for latencies >1 is slower, for tok/s <1 is slower. Batch 16 tok/s "
@@ -295,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         if gp:
             md += report.client_table(gp)
             loud += [f"genai-perf {s['name']} FAILED (sent {s.get('sent')}):\n{s['error']}" for s in gp if "error" in s]
+    md += "".join(f"\n**Time budget**: {c}.\n" for c in cut)
     md += f"\n`make bench` wall time: {wall / 60:.1f} min.\n"
 
     images = report.plots(args.out, rows, timelines)

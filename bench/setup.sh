@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3}
 
 stamp=.venv/.bench-stamp
 if [ ! -e "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[cpu,serve,dev,bench]'
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[bench]'
   touch "$stamp"
 fi
 

@@ -84,15 +84,26 @@ def generator_parameters(model_repository: str) -> dict[str, str]:
 
 class EngineInProcess:
     """tritongen's engine without Triton, configured from the generator's config.pbtxt exactly as the server
-    runs it (same target model and engine settings) unless `target` names another model folder.
+    runs it (same target model and engine settings); or, when `target` names another model folder, that
+    folder with the default EngineConfig.
     Tokens come from Engine.stream(), handed over from the engine thread."""
 
     def __init__(self, model_repository: str, target: str | None = None, **_):
         from tritongen.engine import Engine
         from tritongen.generator_settings import parse_settings
 
-        settings = parse_settings(generator_parameters(model_repository))
-        self.engine = Engine(Path(model_repository) / (target or settings.target_model), settings.engine)
+        import inspect
+
+        params, repository = generator_parameters(model_repository), Path(model_repository)
+        # As triton_model.initialize() does it (newer parse_settings also takes the repository).
+        takes_repository = len(inspect.signature(parse_settings).parameters) > 1
+        settings = parse_settings(params, repository) if takes_repository else parse_settings(params)
+        if target is None:
+            self.engine = Engine(repository / settings.target_model, settings.engine)
+        else:  # another model folder: the default EngineConfig (the served one may name GQA-only heads)
+            from tritongen.options import EngineConfig
+
+            self.engine = Engine(repository / target, EngineConfig())
 
     def run(self, text: str, ids: list[int], n: int) -> dict:
         from tritongen.options import GenerateOptions, GenerateRequest
