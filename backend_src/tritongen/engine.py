@@ -46,6 +46,10 @@ class EngineStopped(RuntimeError):
     """The engine thread is gone; no request can be served."""
 
 
+class EngineOverloaded(RuntimeError):
+    """More requests wait for admission than max_queue_len allows; the caller should retry later."""
+
+
 @dataclass
 class RequestHandle:
     request_id: int
@@ -166,6 +170,10 @@ class Engine:
         if arrival_step is not None:
             seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
         with self._wake:
+            waiting = len(self._live) - len(self.scheduler.running)
+            if waiting >= self.config.max_queue_len:
+                raise EngineOverloaded(f"overloaded: {waiting} requests are already waiting "
+                                       f"(max_queue_len {self.config.max_queue_len}); retry later")
             if session_id is not None:
                 if session_id in self._sessions_in_flight:
                     raise ValueError(f"session {session_id!r} already has a request in flight")
@@ -314,7 +322,7 @@ class Engine:
         if plan.decode:
             self._decode(plan.decode, finished)
         for seq, n in plan.prefill:
-            self._prefill(seq, n, finished)
+            self._guarded(seq, finished, self._prefill, seq, n, finished)
         for seq, reason in finished:
             self._finish(seq, reason)
         self.stats.steps += 1
@@ -324,10 +332,22 @@ class Engine:
         proposals = self._propose(rows, finished)
         plain = [s for s in rows if id(s) not in proposals and not any(f is s for f, _ in finished)]
         if plain:
-            self._decode_batch(plain, finished)
+            try:
+                self._decode_batch(plain, finished)
+            except Exception as exc:  # noqa: BLE001 - the model call failed: its rows fail, the engine goes on
+                finished.extend((s, exc) for s in plain if not any(f is s for f, _ in finished))
         for seq in rows:
             if id(seq) in proposals:
-                self._verify(seq, proposals[id(seq)], finished)
+                self._guarded(seq, finished, self._verify, seq, proposals[id(seq)], finished)
+
+    @staticmethod
+    def _guarded(seq: Sequence, finished: list, fn, *args) -> None:
+        """Run one request's part of a step; an exception (processor, constraint, proposer) fails it alone."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            if not any(f is seq for f, _ in finished):
+                finished.append((seq, exc))
 
     def _propose(self, rows: list[Sequence], finished: list) -> dict:
         """Draft tokens for speculating rows; a row whose proposer fails fails alone."""
@@ -364,7 +384,12 @@ class Engine:
         logits, extras = self.decoder.decode(ids, seqlens, hidden_names)
         for seq in rows if hidden_names else ():
             seq.hidden = {n: extras[n][seq.slot, 0].copy() for n in seq.proposer.hidden_outputs} if seq.proposer else {}
-        allowed = self._allowed(constrained, masks)
+        try:
+            allowed = self._allowed(constrained, masks)
+        except Exception as exc:  # noqa: BLE001 - the constrained rows fail, the others go on
+            finished.extend((s, exc) for s in constrained)
+            rows = [s for s in rows if s.matcher is None]
+            allowed = {}
         self.stats.decode_steps += 1
         self.stats.decode_log.append(tuple(s.request_id for s in rows))
         fast = [s for s in rows if s.sampler.plain_greedy()]
@@ -377,8 +402,14 @@ class Engine:
         for seq in rows:
             seq.num_computed += 1
             self.kv.commit_full_pages(seq)
-            choice = choices.get(id(seq)) or seq.sampler.choose(logits[seq.slot, 0], allowed.get(id(seq)))
-            self._emit(seq, choice, finished)
+            choice = choices.get(id(seq))
+            if choice is None:
+                self._guarded(seq, finished, self._choose_and_emit, seq, logits[seq.slot, 0], allowed.get(id(seq)), finished)
+            else:
+                self._emit(seq, choice, finished)
+
+    def _choose_and_emit(self, seq: Sequence, logits: np.ndarray, allowed, finished: list) -> None:
+        self._emit(seq, seq.sampler.choose(logits, allowed), finished)
 
     def _verify(self, seq: Sequence, proposal: Proposal, finished: list) -> None:
         """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""

@@ -201,6 +201,8 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Longest sequence a slot holds (prompt + generated); capped by the model's context.
     max_model_len: int = 2048
+    # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
+    max_queue_len: int = 256
     intra_op_threads: int = 0
     # onnxruntime execution providers in order of preference; empty: CUDA if available, else CPU.
     execution_providers: list[str] = field(default_factory=list)
@@ -223,6 +225,8 @@ class EngineConfig:
             raise ValueError("num_gpu_pages must be greater than zero")
         if self.page_size <= 0:
             raise ValueError("page_size must be greater than zero")
+        if self.max_queue_len <= 0:
+            raise ValueError("max_queue_len must be greater than zero")
         if self.max_model_len <= 1:
             raise ValueError("max_model_len must be greater than one")
         self.scheduler.validate()

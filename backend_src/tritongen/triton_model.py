@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .engine import Engine, EngineStopped
+from .engine import Engine, EngineOverloaded, EngineStopped
 from .generator_settings import parse_settings
 from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
 from .triton_metrics import GeneratorMetrics
@@ -25,8 +25,9 @@ class ClientCancelled(Exception):
     """Raised inside a token callback when Triton reports the request cancelled."""
 
 
-def _error(message: str) -> "pb_utils.InferenceResponse":
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+def _error(message: str, code: str = "INVALID_ARG") -> "pb_utils.InferenceResponse":
+    """INVALID_ARG for client errors, UNAVAILABLE for overload and shutdown (retry), INTERNAL otherwise."""
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
 
 
 def _parameters(config: dict) -> dict[str, str]:
@@ -94,7 +95,8 @@ class _Stream:
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self.sender.send(flags=FINAL)
         elif error is not None:
-            self.sender.send(_error(f"generation failed: {error}"), flags=FINAL)
+            code = "UNAVAILABLE" if isinstance(error, EngineStopped) else "INTERNAL"
+            self.sender.send(_error(f"generation failed: {error}", code), flags=FINAL)
         elif not self.parsed.mode.stream:
             text = result.text
             if not self.parsed.mode.exclude_input_in_output:
@@ -144,8 +146,10 @@ class TritonPythonModel:
             self.engine.submit(GenerateRequest(prompt_ids, parsed.request.options),
                                on_token=stream.on_token, on_done=stream.on_done, priority=parsed.priority,
                                session_id=parsed.session_id, end_session=parsed.end_session)
-        except (RequestError, ValueError, EngineStopped) as exc:
+        except (RequestError, ValueError) as exc:
             sender.send(_error(str(exc)), flags=FINAL)
+        except (EngineOverloaded, EngineStopped) as exc:
+            sender.send(_error(str(exc), "UNAVAILABLE"), flags=FINAL)
 
     def finalize(self) -> None:
         self.engine.close()
