@@ -41,7 +41,7 @@ def prefix_ttft(engine: Engine, n_words: int, repeats: int = 3) -> tuple[float, 
 def swap_vs_recompute(engine: Engine, length: int, repeats: int = 5) -> tuple[float, float]:
     dec = engine.decoder
     ids = np.random.default_rng(0).integers(100, 40000, length)[None]
-    page_data = [engine.pool.data[i][:, :, :, :] for i in range(-(-length // engine.pool.page_size))]
+    page_data = [engine.pool.read(i, engine.pool.page_size) for i in range(-(-length // engine.pool.page_size))]
     swap, recompute = [], []
     for _ in range(repeats):
         t = time.perf_counter()

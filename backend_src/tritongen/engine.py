@@ -91,7 +91,7 @@ class Engine:
         shape = self.decoder.shape
         self.vocab_size = shape.vocab_size
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
-                             shape.num_kv_heads, shape.head_dim)
+                             shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
         self.kv = KvManager(self.pool, self.decoder)
         self.scheduler = Scheduler(self.config.scheduler, self.kv)
         self.proposers = self._open_proposers()

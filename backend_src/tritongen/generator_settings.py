@@ -25,7 +25,7 @@ _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_toke
              "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len")
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
-                                            "speculative_mode", "mtp_kv_mode"}
+                                            "speculative_mode", "mtp_kv_mode", "kv_cache_dtype"}
 
 
 def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSettings:
@@ -51,6 +51,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         ),
         max_model_len=ints.get("max_model_len", defaults.max_model_len),
         max_queue_len=ints.get("max_queue_len", defaults.max_queue_len),
+        kv_cache_dtype=params.get("kv_cache_dtype", "").strip() or defaults.kv_cache_dtype,
         intra_op_threads=ints.get("intra_op_threads", 0),
         execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
         speculative_mode=SpeculativeMode(params.get("speculative_mode", "").strip() or "none"),

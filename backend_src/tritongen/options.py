@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Optional, Union
 
+from .kv.codec import KV_DTYPES
 from .speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 
 TokenId = int
@@ -201,6 +202,8 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Longest sequence a slot holds (prompt + generated); capped by the model's context.
     max_model_len: int = 2048
+    # Storage dtype of the page store (f32, f16, int8, fp8_e4m3fn, fp8_e5m2); the running batch stays f32.
+    kv_cache_dtype: str = "f32"
     # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
     max_queue_len: int = 256
     intra_op_threads: int = 0
@@ -225,6 +228,8 @@ class EngineConfig:
             raise ValueError("num_gpu_pages must be greater than zero")
         if self.page_size <= 0:
             raise ValueError("page_size must be greater than zero")
+        if self.kv_cache_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_cache_dtype!r}")
         if self.max_queue_len <= 0:
             raise ValueError("max_queue_len must be greater than zero")
         if self.max_model_len <= 1:

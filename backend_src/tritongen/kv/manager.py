@@ -77,7 +77,7 @@ class KvManager:
         pages, reused, source = self.reusable(seq)
         for i, page in enumerate(pages):
             start = i * self.page_size
-            self.slots.write(slot, start, self.pool.data[page][:, :, :, : min(self.page_size, reused - start)])
+            self.slots.write(slot, start, self.pool.read(page, min(self.page_size, reused - start)))
         if isinstance(source, SessionPin):
             del self.sessions[seq.session_id]
             keep = reused // self.page_size  # full pages stay valid; a partial one will be rewritten
@@ -126,7 +126,7 @@ class KvManager:
         while seq.num_cached_pages < full:
             i = seq.num_cached_pages
             page = seq.pages[i]
-            self.pool.data[page] = self.slots.read(seq.slot, i * ps, (i + 1) * ps)
+            self.pool.write(page, self.slots.read(seq.slot, i * ps, (i + 1) * ps))
             if seq.cache_node is not None:
                 node = self.cache.insert(seq.cache_node, tuple(seq.tokens[i * ps:(i + 1) * ps]), page)
                 seq.cache_node = node
@@ -141,7 +141,7 @@ class KvManager:
             kept = self.pages_for(seq.num_computed)
             if tail:
                 page = seq.pages[kept - 1]
-                self.pool.data[page][:, :, :, :tail] = self.slots.read(seq.slot, (kept - 1) * ps, seq.num_computed)
+                self.pool.write(page, self.slots.read(seq.slot, (kept - 1) * ps, seq.num_computed))
             for page in seq.pages[kept:]:
                 self.pool.release(page, page in self.cache)
             self.sessions[seq.session_id] = SessionPin(seq.tokens[: seq.num_computed], seq.pages[:kept])

@@ -5,9 +5,10 @@ drops to zero but whose content the prefix cache knows stays readable
 until the pool needs it (least recently released first), so repeated
 prefixes are copied back instead of recomputed.
 
-Layout of `data`: [page, layer, key|value, kv_head, token, head_dim]. A
-quantized dtype adds `scales` [page, layer, key|value, kv_head, token]
-(one scale per token and head, so appending never requantises).
+Layout of `data`: [page, layer, key|value, kv_head, token, head_dim] in the
+codec's storage dtype; a quantized dtype adds `scales` [page, layer,
+key|value, kv_head, token] (one per token and head, so appending never
+requantises). Pages are read and written in f32 through the codec.
 """
 
 from __future__ import annotations
@@ -17,13 +18,19 @@ from typing import Callable
 
 import numpy as np
 
+from .codec import KvCodec, codec
+
 
 class PagePool:
-    def __init__(self, num_pages: int, page_size: int, num_layers: int, num_kv_heads: int, head_dim: int):
+    def __init__(self, num_pages: int, page_size: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                 kv_dtype: str = "f32"):
         if num_pages <= 0 or page_size <= 0:
             raise ValueError("num_gpu_pages and page_size must be greater than zero")
         self.num_pages, self.page_size = num_pages, page_size
-        self.data = np.zeros((num_pages, num_layers, 2, num_kv_heads, page_size, head_dim), np.float32)
+        self.codec: KvCodec = codec(kv_dtype)
+        shape = (num_pages, num_layers, 2, num_kv_heads, page_size, head_dim)
+        self.data = np.zeros(shape, self.codec.storage)
+        self.scales = np.ones(shape[:-1], np.float32) if self.codec.scaled else None
         self.refcount = np.zeros(num_pages, np.int32)
         self._free: deque[int] = deque(range(num_pages))
         self._cached_idle: OrderedDict[int, None] = OrderedDict()  # refcount 0, content kept; LRU first
@@ -31,7 +38,21 @@ class PagePool:
 
     @property
     def bytes_per_token(self) -> int:
-        return self.data[0].nbytes // self.page_size
+        scales = self.scales[0].nbytes if self.scales is not None else 0
+        return (self.data[0].nbytes + scales) // self.page_size
+
+    def write(self, page: int, kv: np.ndarray, start: int = 0) -> None:
+        """Store f32 KV [layers, 2, kv_heads, n, head_dim] at token offset `start` of a page."""
+        end = start + kv.shape[3]
+        data, scales = self.codec.encode(kv)
+        self.data[page][:, :, :, start:end] = data
+        if scales is not None:
+            self.scales[page][:, :, :, start:end] = scales
+
+    def read(self, page: int, n: int) -> np.ndarray:
+        """The first n tokens of a page as f32 [layers, 2, kv_heads, n, head_dim]."""
+        scales = self.scales[page][:, :, :, :n] if self.scales is not None else None
+        return self.codec.decode(self.data[page][:, :, :, :n], scales)
 
     def num_available(self) -> int:
         return len(self._free) + len(self._cached_idle)
@@ -83,5 +104,7 @@ class PagePool:
         if copy is None:
             return None
         self.data[copy] = self.data[page]
+        if self.scales is not None:
+            self.scales[copy] = self.scales[page]
         self.refcount[page] -= 1
         return copy
