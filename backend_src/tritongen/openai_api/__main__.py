@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 import uvicorn
@@ -29,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-triton", action="store_true", help="start tritonserver on model_repository/ first")
     args = ap.parse_args(argv)
 
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt  # uvicorn re-raises the signal after its graceful exit; we then stop Triton
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     server = None
     if args.start_triton:
         from tritongen.serve import TritonServer
@@ -41,15 +46,19 @@ def main(argv: list[str] | None = None) -> int:
             server.start(300)
         except (RuntimeError, KeyboardInterrupt) as exc:
             server.stop()
-            print(exc, file=sys.stderr)
-            return 1
+            print(exc or "interrupted", file=sys.stderr)
+            return 1 if isinstance(exc, RuntimeError) else 0
     triton_url = args.triton_url or (server.url_grpc if server else "localhost:8001")
     try:
         print(f"OpenAI API on http://{args.host}:{args.port}/v1 -> Triton {triton_url} model {args.model}",
               flush=True)
         uvicorn.run(create_app(triton_url, args.model), host=args.host, port=args.port, log_level=args.log_level)
+    except KeyboardInterrupt:
+        pass
     finally:
         if server is not None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the shutdown short
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             server.stop()
             print("tritonserver stopped", file=sys.stderr)
     return 0

@@ -59,8 +59,12 @@ def create_app(triton_url: str = "localhost:8001", model: str = "generator") -> 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            reason = first.get("ctx", {}).get("error", "")
+            return OpenAIError(400, f"the request body is not valid JSON: {reason}").response()
         param = _param(tuple(first.get("loc", ())))
-        message = f"{param}: {first['msg']}" if param else first["msg"]
+        text = first["msg"].removeprefix("Value error, ")
+        message = f"{param}: {text}" if param else text
         return OpenAIError(400, message, param).response()
 
     @app.exception_handler(HTTPException)

@@ -9,7 +9,6 @@ KV pages. Every stream opened here is cancelled when its consumer stops early.
 from __future__ import annotations
 
 import json
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -127,8 +126,3 @@ class GeneratorClient:
             if not finished:
                 responses.cancel()
 
-
-async def collect(pieces: AsyncIterator[Piece]) -> list[Piece]:
-    """Every piece of one stream (the non-streaming case), closing it whatever happens."""
-    async with aclosing(pieces) as stream:
-        return [piece async for piece in stream]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import invalid
 
@@ -59,6 +59,15 @@ class SamplingRequest(BaseModel):
     ignore_eos: Optional[bool] = None
     min_tokens: Optional[int] = Field(None, ge=0)
     stop_token_ids: Optional[list[int]] = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_shape(cls, value):
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        raise ValueError("must be a string or a list of strings")
 
     @model_validator(mode="after")
     def _supported(self):
@@ -117,6 +126,17 @@ class CompletionRequest(SamplingRequest):
     echo: bool = False
     best_of: Optional[int] = None
     suffix: Optional[str] = None
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_shape(cls, value):
+        def ids(v):
+            return isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+
+        if isinstance(value, str) or ids(value) or (isinstance(value, list) and (
+                all(isinstance(v, str) for v in value) or all(ids(v) for v in value))):
+            return value
+        raise ValueError("must be a string, a list of strings, a list of token ids or a list of such lists")
 
     @model_validator(mode="after")
     def _completion_supported(self):
