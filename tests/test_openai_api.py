@@ -1,0 +1,232 @@
+"""The OpenAI-compatible API, driven by the official `openai` client against the real Triton.
+
+Triton runs the generator on free ports; the API runs in-process under
+uvicorn in a thread, talking to it over gRPC streaming.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+
+import numpy as np
+import openai
+import pytest
+import tritonclient.grpc as grpcclient
+import uvicorn
+from tritonclient.utils import np_to_triton_dtype
+
+from conftest import REPOSITORY
+from tritongen.openai_api import create_app
+from tritongen.serve import TritonServer, free_port
+from tritongen.tokenizer import TextTokenizer
+
+pytestmark = pytest.mark.server
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = "Write a long story about a dragon."
+
+
+@pytest.fixture(scope="module")
+def triton(target_folder, tmp_path_factory):
+    log = tmp_path_factory.mktemp("triton") / "server.log"
+    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def api(triton):
+    """The API on a free port in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(triton.url_grpc), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started:
+        assert thread.is_alive() and time.time() < deadline, "the OpenAI API did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def client(api):
+    return openai.OpenAI(base_url=api + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def generator_directly(triton, messages) -> tuple[str, int, int]:
+    """The generator's own answer over Triton gRPC: (text, num_input_tokens, num_output_tokens)."""
+    def tensor(name, value):
+        t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
+        t.set_data_from_numpy(value)
+        return t
+
+    events: queue.Queue = queue.Queue()
+    c = grpcclient.InferenceServerClient(triton.url_grpc)
+    c.start_stream(callback=lambda result, error: events.put((result, error)))
+    c.async_stream_infer("generator", [tensor("messages", np.array([json.dumps(messages).encode()], dtype=object)),
+                                       tensor("exclude_input_in_output", np.array([True]))])
+    result, error = events.get(timeout=60)
+    c.stop_stream()
+    c.close()
+    assert error is None, error
+    return (result.as_numpy("text_output")[0].decode(), int(result.as_numpy("num_input_tokens")[0]),
+            int(result.as_numpy("num_output_tokens")[0]))
+
+
+def cancellations(triton) -> list[int]:
+    lines = triton.log_file.read_text(errors="replace").splitlines()
+    return [int(ln.split("cancelled after ")[1].split()[0]) for ln in lines if "cancelled after " in ln]
+
+
+def wait_for_cancellation(triton, before: int) -> int:
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        found = cancellations(triton)
+        if len(found) > before:
+            return found[-1]
+        time.sleep(0.2)
+    pytest.fail("the generator never reported the cancellation")
+
+
+def test_models_lists_the_generator(client):
+    assert [m.id for m in client.models.list().data] == ["generator"]
+
+
+def test_chat_answer_and_usage_match_the_generator(client, triton):
+    text, prompt_tokens, output_tokens = generator_directly(triton, FRANCE)
+    out = client.chat.completions.create(model="generator", messages=FRANCE, temperature=0)
+    assert text == "The capital of France is Paris."
+    assert out.choices[0].message.content == text and out.choices[0].message.role == "assistant"
+    assert out.choices[0].finish_reason == "stop" and out.object == "chat.completion"
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (prompt_tokens, output_tokens)
+    assert out.usage.total_tokens == prompt_tokens + output_tokens
+
+
+def test_chat_streaming_sends_deltas_then_usage(client):
+    chunks = list(client.chat.completions.create(model="generator", messages=FRANCE, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True}))
+    deltas = [c for c in chunks if c.choices]
+    assert len(deltas) > 3 and deltas[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in deltas) == "The capital of France is Paris."
+    assert [c.choices[0].finish_reason for c in deltas] == [None] * (len(deltas) - 1) + ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    assert chunks[-1].usage.total_tokens == chunks[-1].usage.prompt_tokens + 8
+
+    two = list(client.chat.completions.create(model="generator", messages=FRANCE, temperature=0, stream=True,
+                                              n=2, max_tokens=4))
+    for index in (0, 1):
+        mine = [c.choices[0] for c in two if c.choices[0].index == index]
+        assert "".join(c.delta.content for c in mine) == "The capital of France"
+        assert mine[-1].finish_reason == "length"
+
+
+def test_completions_count_tokens_and_stream_the_same_text(client, target_folder):
+    prompt = "The capital of France is"
+    out = client.completions.create(model="generator", prompt=prompt, max_tokens=6, temperature=0)
+    assert out.object == "text_completion" and out.choices[0].text.startswith(" Paris")
+    assert out.choices[0].finish_reason == "length"
+    assert out.usage.prompt_tokens == len(TextTokenizer(target_folder).encode(prompt))
+    assert out.usage.completion_tokens == 6
+    streamed = client.completions.create(model="generator", prompt=prompt, max_tokens=6, temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == out.choices[0].text
+
+
+def test_stop_ends_the_text_before_the_stop_string(client):
+    full = client.completions.create(model="generator", prompt="Count: one, two, three,", max_tokens=12,
+                                     temperature=0).choices[0].text
+    stop = full.split()[1]  # a word from the middle of the greedy continuation
+    out = client.completions.create(model="generator", prompt="Count: one, two, three,", max_tokens=12,
+                                    temperature=0, stop=[stop, "never-generated"])
+    assert out.choices[0].text == full[:full.index(stop)]
+    assert out.choices[0].finish_reason == "stop"
+
+
+def test_seed_makes_sampling_reproducible(client):
+    ask = dict(model="generator", messages=[{"role": "user", "content": STORY}], temperature=0.8, max_tokens=16)
+    single = client.chat.completions.create(seed=7, **ask)
+    first = single.choices[0].message.content
+    assert client.chat.completions.create(seed=7, **ask).choices[0].message.content == first
+    three = client.chat.completions.create(seed=7, n=3, **ask)
+    texts = [c.message.content for c in three.choices]
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    assert texts[0] == first  # choice i samples with seed + i
+    assert len(set(texts)) > 1
+    assert three.usage.prompt_tokens == single.usage.prompt_tokens  # counted once, not once per choice
+    assert single.usage.completion_tokens < three.usage.completion_tokens <= 3 * 16
+
+
+def test_json_schema_response_validates(client):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                               "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    out = client.chat.completions.create(
+        model="generator", temperature=0, max_tokens=60,
+        messages=[{"role": "user", "content": "Describe a person called Ada, aged 36, as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}})
+    value = json.loads(out.choices[0].message.content)
+    assert set(value) == {"name", "age"}
+    assert isinstance(value["name"], str) and len(value["name"]) <= 20
+    assert isinstance(value["age"], int) and not isinstance(value["age"], bool)
+
+
+def test_logprobs_in_chat_and_completions_shapes(client):
+    chat = client.chat.completions.create(model="generator", messages=FRANCE, temperature=0, logprobs=True,
+                                          top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens
+    assert "".join(t.token for t in content) == chat.choices[0].message.content
+    assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 and t.bytes == list(t.token.encode()) for t in content)
+    assert all(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob for t in content)
+    text = client.completions.create(model="generator", prompt="The capital of France is", max_tokens=4,
+                                     temperature=0, logprobs=3).choices[0]
+    lp = text.logprobs
+    assert "".join(lp.tokens) == text.text and len(lp.token_logprobs) == 4
+    assert all(len(top) == 3 for top in lp.top_logprobs)
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(4)]
+
+
+def test_invalid_requests_get_openai_errors(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="generator", messages=FRANCE, temperature=5)
+    err = caught.value
+    assert err.status_code == 400
+    body = err.response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["param"] == "temperature"
+    # A fault only the generator can see (a schema it cannot compile) is still the client's: 400.
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="generator", messages=FRANCE, response_format={
+            "type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "bogus"}}})
+    assert "json_schema" in caught.value.response.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError):  # ... also when streaming: the error comes before the 200
+        list(client.completions.create(model="generator", prompt="hi", stream=True, extra_body={
+            "response_format": {"type": "json_schema", "json_schema": {"name": "bad", "schema": {"type": "bogus"}}}}))
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.completions.create(model="gpt-4", prompt="hi")
+    assert caught.value.response.json()["error"]["code"] == "model_not_found"
+
+
+def test_client_disconnect_cancels_the_generation(client, triton, api):
+    before = len(cancellations(triton))
+    stream = client.completions.create(model="generator", prompt=STORY, max_tokens=2000, stream=True,
+                                       extra_body={"ignore_eos": True})
+    for _, _chunk in zip(range(3), stream):
+        pass
+    stream.close()
+    assert wait_for_cancellation(triton, before) < 200
+
+    # Non-streaming: the client hangs up before the answer is ready.
+    body = json.dumps({"model": "generator", "prompt": STORY, "max_tokens": 2000, "ignore_eos": True}).encode()
+    host, port = api.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(0.5)
+    assert wait_for_cancellation(triton, before + 1) < 200
+    out = client.completions.create(model="generator", prompt="Hello", max_tokens=2)
+    assert out.usage.completion_tokens == 2
