@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup models serve demo test lint clean bench
+.PHONY: setup models serve serve-openai demo test lint clean bench
 
 setup: $(SETUP_STAMP)
 
@@ -17,6 +17,9 @@ models: setup
 
 serve: models
 	$(PY) -m tritongen.serve
+
+serve-openai: models
+	$(PY) -m tritongen.openai_api --start-triton
 
 demo: models
 	$(PY) client/demo.py
