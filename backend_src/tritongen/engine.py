@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from .constraints import ConstraintCompiler, MaskComputer, allowed_tokens
-from .kv.manager import KvManager
+from .kv.manager import ConnectorLink, KvManager
 from .kv.page_pool import PagePool
 from .kv_concat import ConcatSlotDecoder
 from .kv_slots import SlotDecoder
@@ -92,7 +92,8 @@ class Engine:
         self.vocab_size = shape.vocab_size
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
                              shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
-        self.kv = KvManager(self.pool, self.decoder)
+        self.connector = self.config.kv_connector.open()
+        self.kv = KvManager(self.pool, self.decoder, self._connector_link(model_folder))
         self.scheduler = Scheduler(self.config.scheduler, self.kv)
         self.proposers = self._open_proposers()
         self.scheduler.slot_listeners = [p for p in self.proposers.values() if type(p).move is not Proposer.move]
@@ -182,6 +183,22 @@ class Engine:
             self._live[seq.request_id] = seq
             self._wake.notify()
         return RequestHandle(seq.request_id, ids, seq)
+
+    def _connector_link(self, model_folder: Path) -> ConnectorLink | None:
+        cfg = self.config.kv_connector
+        if cfg.backend == "null":
+            return None
+        cost = cfg.recompute_ms_per_token or self.measure_prefill_ms_per_token()
+        return ConnectorLink(self.connector, cfg.model_id or model_folder.name, self.decoder.shape.num_layers,
+                             cfg.chunk_size, cfg.store_priority, cost)
+
+    def measure_prefill_ms_per_token(self, tokens: int = 128) -> float:
+        """Prefill cost on this machine, the baseline a connector fetch must beat (slot 0 is still free)."""
+        ids = np.arange(3, 3 + tokens, dtype=np.int64)[None] % self.vocab_size
+        self.decoder.prefill(0, ids, 0)  # warm-up
+        start = time.perf_counter()
+        self.decoder.prefill(0, ids, 0)
+        return 1000.0 * (time.perf_counter() - start) / tokens
 
     def _open_proposers(self) -> dict:
         cfg = self.config
@@ -278,6 +295,7 @@ class Engine:
             self._wake.notify()
         self._thread.join(timeout=30)
         self.masks.close()
+        self.connector.close()
 
     # ---- engine thread ----------------------------------------------------
 

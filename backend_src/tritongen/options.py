@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from .kv.codec import KV_DTYPES
+from .kv.connector_config import KvConnectorConfig
 from .speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 
 TokenId = int
@@ -204,6 +205,8 @@ class EngineConfig:
     max_model_len: int = 2048
     # Storage dtype of the page store (f32, f16, int8, fp8_e4m3fn, fp8_e5m2); the running batch stays f32.
     kv_cache_dtype: str = "f32"
+    # External KV store for prompt chunks (seed KvConnectorConfig); the default, null, stores nothing.
+    kv_connector: KvConnectorConfig = field(default_factory=KvConnectorConfig)
     # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
     max_queue_len: int = 256
     intra_op_threads: int = 0
@@ -230,6 +233,7 @@ class EngineConfig:
             raise ValueError("page_size must be greater than zero")
         if self.kv_cache_dtype not in KV_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_cache_dtype!r}")
+        self.kv_connector.validate(self.page_size)
         if self.max_queue_len <= 0:
             raise ValueError("max_queue_len must be greater than zero")
         if self.max_model_len <= 1:

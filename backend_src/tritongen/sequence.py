@@ -56,6 +56,8 @@ class Sequence:
     drafted: int = 0
     accepted: int = 0
     hidden: dict = field(default_factory=dict)  # target hidden states at the last computed token
+    chunk_keys: list | None = None  # KV connector keys of the prompt's complete chunks
+    chunks_stored: int = 0  # leading prompt chunks the connector already holds
     num_preemptions: int = 0
     cancel_requested: bool = False
     created_at: float = field(default_factory=time.monotonic)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..kv_slots import SlotDecoder
 from ..sequence import Sequence
+from .connector import CachePriority, KvCacheConnector, KvStoreEntry, chunk_keys
 from .page_pool import PagePool
 from .prefix_cache import PrefixCache
 
@@ -24,13 +25,28 @@ class SessionPin:
     pages: list[int]
 
 
+@dataclass
+class ConnectorLink:
+    """How this engine uses its KV connector: key namespace, chunking, the recompute baseline."""
+
+    connector: KvCacheConnector
+    model_id: str
+    num_layers: int
+    chunk_size: int
+    store_priority: CachePriority
+    recompute_ms_per_token: float
+
+
 class KvManager:
-    def __init__(self, pool: PagePool, slots: SlotDecoder):
+    def __init__(self, pool: PagePool, slots: SlotDecoder, link: ConnectorLink | None = None):
         self.pool = pool
         self.cache = PrefixCache(pool)
         self.slots = slots
+        self.link = link
         self.sessions: OrderedDict[str, SessionPin] = OrderedDict()
         self.prefix_hit_tokens = 0
+        self.connector_stats = {"hit_cpu": 0, "hit_disk": 0, "miss": 0, "fetched_bytes": 0,
+                                "decided_fetch": 0, "decided_recompute": 0, "fetch_failed": 0, "stored_chunks": 0}
 
     @property
     def page_size(self) -> int:
@@ -88,6 +104,7 @@ class KvManager:
             for page in pages:
                 self.pool.acquire(page)
             node = source
+            reused = self._fetch_from_connector(seq, slot, reused)
         seq.slot, seq.pages, seq.num_cached_pages, seq.cache_node = slot, list(pages), len(pages), node
         seq.num_computed = reused
         if seq.num_preemptions == 0:
@@ -95,6 +112,53 @@ class KvManager:
         self.prefix_hit_tokens += reused
         if not self.reserve(seq, seq.prefill_target):
             raise RuntimeError("admission found fewer free pages than can_admit promised")
+
+    def _keys(self, seq: Sequence) -> list:
+        if seq.chunk_keys is None:
+            link = self.link
+            seq.chunk_keys = chunk_keys(link.model_id, link.num_layers, seq.prompt_ids, link.chunk_size)
+        return seq.chunk_keys
+
+    def _fetch_from_connector(self, seq: Sequence, slot: int, reused: int) -> int:
+        """Extend the in-process hit with chunks the connector holds, while fetching beats recomputing."""
+        if self.link is None:
+            return reused
+        link, stats = self.link, self.connector_stats
+        limit = seq.prefill_target - 1
+        keys = [k for k in self._keys(seq) if (k.chunk_index + 1) * link.chunk_size <= limit]
+        for key in keys[reused // link.chunk_size:]:
+            location = link.connector.lookup(key)
+            if not location.found:
+                stats["miss"] += 1
+                break
+            if location.estimated_load_ms >= link.recompute_ms_per_token * key.num_tokens:
+                stats["decided_recompute"] += 1
+                break
+            fetched = link.connector.fetch(key)
+            if fetched is None:  # vanished or failed its integrity check: recompute from here
+                stats["fetch_failed"] += 1
+                break
+            stats["decided_fetch"] += 1
+            stats[f"hit_{fetched.tier}"] += 1
+            stats["fetched_bytes"] += fetched.kv.nbytes
+            self.slots.write(slot, key.chunk_index * link.chunk_size, fetched.kv)
+            reused = (key.chunk_index + 1) * link.chunk_size
+            seq.chunks_stored = max(seq.chunks_stored, key.chunk_index + 1)  # already held by the connector
+        return reused
+
+    def _store_prompt_chunks(self, seq: Sequence) -> None:
+        """Offer each complete prompt chunk to the connector once (the store itself runs in the background)."""
+        link = self.link
+        done = min(seq.num_computed, len(seq.prompt_ids)) // link.chunk_size
+        keys = self._keys(seq)
+        while seq.chunks_stored < done:
+            key = keys[seq.chunks_stored]
+            if not link.connector.lookup(key).found:
+                start = key.chunk_index * link.chunk_size
+                kv = self.slots.read(seq.slot, start, start + link.chunk_size)
+                link.connector.store(KvStoreEntry(key, kv, link.store_priority))
+                self.connector_stats["stored_chunks"] += 1
+            seq.chunks_stored += 1
 
     def reserve(self, seq: Sequence, num_tokens: int) -> bool:
         """Make the page table cover `num_tokens`; False (nothing held back) if the pool runs dry."""
@@ -131,6 +195,8 @@ class KvManager:
                 node = self.cache.insert(seq.cache_node, tuple(seq.tokens[i * ps:(i + 1) * ps]), page)
                 seq.cache_node = node
             seq.num_cached_pages += 1
+        if self.link is not None:
+            self._store_prompt_chunks(seq)
 
     def release(self, seq: Sequence, keep_session: bool) -> None:
         """A sequence leaves its slot: pin its KV for its session, or hand pages back to the pool."""

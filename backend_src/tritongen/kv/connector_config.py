@@ -1,0 +1,37 @@
+"""The seed's KvConnectorConfig: which connector, its chunking, store priority and the recompute baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .connector import CachePriority, KvCacheConnector, NullConnector
+from .local_tiered import LocalTieredConfig, LocalTieredConnector
+
+DEFAULT_CHUNK_SIZE = 256
+
+
+@dataclass
+class KvConnectorConfig:
+    backend: str = "null"  # or "local_tiered"
+    model_id: str | None = None  # namespaces keys; None: the target folder's name
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    store_priority: CachePriority = CachePriority.SESSION
+    # Prefill cost per token (ms), the baseline a fetch must beat. None: measured at start-up on
+    # this machine (the seed's 0.05 is a GPU figure and would make a CPU engine never recompute).
+    recompute_ms_per_token: float | None = None
+    local_tiered: LocalTieredConfig = field(default_factory=LocalTieredConfig)
+
+    def validate(self, page_size: int) -> None:
+        if self.backend not in ("null", "local_tiered"):
+            raise ValueError(f"kv_connector must be null or local_tiered, got {self.backend!r}")
+        if self.chunk_size <= 0 or self.chunk_size % page_size:
+            raise ValueError(f"kv connector chunk_size must be a positive multiple of page_size ({page_size})")
+        if self.recompute_ms_per_token is not None and self.recompute_ms_per_token <= 0:
+            raise ValueError("recompute_ms_per_token must be greater than zero")
+        if self.backend == "local_tiered":
+            self.local_tiered.validate()
+
+    def open(self) -> KvCacheConnector:
+        if self.backend == "local_tiered":
+            return LocalTieredConnector(self.local_tiered)
+        return NullConnector()
