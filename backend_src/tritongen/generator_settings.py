@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 from pathlib import Path
 
+from .kv.connector import CachePriority
+from .kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig
+from .kv.local_tiered import LocalTieredConfig
 from .options import EngineConfig, GenerateOptions, SchedulerConfig
 from .speculative.head_config import load_head
 from .speculative.modes import SpeculativeMode
@@ -22,10 +25,14 @@ class GeneratorSettings:
 
 
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-             "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len")
+             "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
+             "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes")
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
-                                            "speculative_mode", "mtp_kv_mode", "kv_cache_dtype"}
+                                            "speculative_mode", "mtp_kv_mode", "kv_cache_dtype", "kv_connector",
+                                            "kv_connector_disk_path", "kv_connector_compression",
+                                            "kv_connector_store_priority", "kv_connector_model_id",
+                                            "recompute_ms_per_token"}
 
 
 def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSettings:
@@ -70,9 +77,33 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         engine.eagle3 = load_head(folders["eagle3_head"], k)
     if "shared_kv_head" in folders:
         engine.shared_kv = load_head(folders["shared_kv_head"], k)
+    engine.kv_connector = _connector(params, ints, repository)
     engine.validate()
     return GeneratorSettings(
         target_model=params.get("target_model", "").strip() or "target_gqa",
         engine=engine,
         defaults={"max_tokens": ints.get("default_max_tokens", GenerateOptions.max_new_tokens)},
+    )
+
+
+def _connector(params: dict[str, str], ints: dict[str, int], repository: Path) -> KvConnectorConfig:
+    """kv_connector (null | local_tiered) and its kv_connector_* settings; a relative disk path is under the repository."""
+    get = lambda key: params.get(key, "").strip()  # noqa: E731
+    disk = get("kv_connector_disk_path")
+    recompute = get("recompute_ms_per_token")
+    priority = get("kv_connector_store_priority") or "session"
+    try:
+        store_priority = CachePriority[priority.upper()]
+    except KeyError:
+        raise ValueError(f"kv_connector_store_priority must be system_prompt, session or opportunistic, got {priority!r}") from None
+    tiers = LocalTieredConfig(
+        cpu_max_bytes=ints.get("kv_connector_cpu_bytes", LocalTieredConfig.cpu_max_bytes),
+        disk_path=(repository / disk) if disk else None,
+        disk_max_bytes=ints.get("kv_connector_disk_bytes", LocalTieredConfig.disk_max_bytes),
+        compression=get("kv_connector_compression") or "none",
+    )
+    return KvConnectorConfig(
+        backend=get("kv_connector") or "null", model_id=get("kv_connector_model_id") or None,
+        chunk_size=ints.get("kv_connector_chunk_size", DEFAULT_CHUNK_SIZE), store_priority=store_priority,
+        recompute_ms_per_token=float(recompute) if recompute else None, local_tiered=tiers,
     )

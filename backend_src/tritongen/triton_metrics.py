@@ -45,6 +45,11 @@ class GeneratorMetrics:
             "accepted": family("tritongen:spec_accepted_tokens_total", "Speculative tokens the target accepted.", counter),
             "verify": family("tritongen:spec_verify_steps_total", "Verification calls (mean accepted length = "
                              "accepted / verify steps).", counter),
+            "connector": family("tritongen:kv_connector_events_total", "KV connector lookups and decisions by "
+                                "event (hit_cpu, hit_disk, miss, decided_fetch, decided_recompute, fetch_failed, "
+                                "stored_chunks).", counter),
+            "connector_bytes": family("tritongen:kv_connector_fetched_bytes_total", "Bytes fetched from the "
+                                      "KV connector.", counter),
         }
         f = self._families
         self.prompt = f["prompt"].Metric(labels=labels)
@@ -57,6 +62,9 @@ class GeneratorMetrics:
         self.gauges = {k: f[k].Metric(labels=labels) for k in ("running", "waiting", "swapped", "pages_used", "pages_free")}
         # Engine totals mirrored as counters: the drain thread adds what grew since the last snapshot.
         self.totals = {k: f[k].Metric(labels=labels) for k in ("masks", "drafted", "accepted", "verify")}
+        self.totals["fetched_bytes"] = f["connector_bytes"].Metric(labels=labels)
+        for event in ("hit_cpu", "hit_disk", "miss", "decided_fetch", "decided_recompute", "fetch_failed", "stored_chunks"):
+            self.totals[event] = f["connector"].Metric(labels={**labels, "event": event})
         self._totals_seen = dict.fromkeys(self.totals, 0.0)
         self._labels = labels
         self._success: dict[str, object] = {}
@@ -84,6 +92,7 @@ class GeneratorMetrics:
         }, {
             "masks": engine.masks.seconds, "drafted": engine.stats.drafted_tokens,
             "accepted": engine.stats.accepted_tokens, "verify": engine.stats.verify_calls,
+            **engine.kv.connector_stats,
         })))
 
     def close(self) -> None:
