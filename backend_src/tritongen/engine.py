@@ -99,6 +99,8 @@ class Engine:
         self.scheduler.slot_listeners = [p for p in self.proposers.values() if type(p).move is not Proposer.move]
         self.stats = EngineStats()
         self.on_step = lambda engine: None  # metrics hook, called on the engine thread after each step
+        self.on_death = lambda error: None  # called once if the engine thread dies (the server reports unhealthy)
+        self._inject_fault = False
         self._ids = itertools.count(1)
         self._arrivals = itertools.count()
         self._inbox: deque[Sequence] = deque()
@@ -311,6 +313,14 @@ class Engine:
                 pending = list(self._live.values())
             for seq in pending:
                 self._notify(seq, None, reason)
+            if self.error is not None:
+                self.on_death(self.error)
+
+    def inject_fault(self) -> None:
+        """Make the engine thread die at its next step: how tests prove a dead engine is reported, not hung."""
+        self._inject_fault = True
+        with self._wake:
+            self._wake.notify()
 
     def _take_inbox(self) -> bool:
         """Move new requests to the scheduler; block while idle. False when closing."""
@@ -329,6 +339,8 @@ class Engine:
         return True
 
     def _step(self) -> None:
+        if self._inject_fault:
+            raise RuntimeError("injected engine fault")
         sched = self.scheduler
         for seq in [s for s in sched.running + sched.waiting + sched.scheduled if s.cancel_requested]:
             self._finish(seq, FinishReason.CANCELLED)

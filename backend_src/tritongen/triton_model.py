@@ -7,6 +7,8 @@ sender; the last data response carries the FINAL flag.
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +124,9 @@ class TritonPythonModel:
         self.engine = Engine(target, settings.engine)
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]})
         self.engine.on_step = self.metrics.engine_stepped
+        self.engine.on_death = self._report_unhealthy
+        self.model_name = args["model_name"]
+        self.fault_injection = os.environ.get("TRITONGEN_FAULT_INJECTION") == "1"
         warm = self.engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2)))
         self.logger.log_info(f"generator ready: target {target.name}, warm-up produced {len(warm.token_ids)} tokens")
 
@@ -140,6 +145,8 @@ class TritonPythonModel:
                     tensors[name] = tensor.as_numpy()
             raw_params = request.parameters()
             parameters = json.loads(raw_params) if raw_params else {}
+            if self.fault_injection and parameters.pop("tritongen_fault", None) == "engine_crash":
+                self.engine.inject_fault()  # tests only: TRITONGEN_FAULT_INJECTION=1 in the server's environment
             parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat)
             prompt_ids = self.engine.tokenize_prompt(parsed.request)
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics)
@@ -150,6 +157,22 @@ class TritonPythonModel:
             sender.send(_error(str(exc)), flags=FINAL)
         except (EngineOverloaded, EngineStopped) as exc:
             sender.send(_error(str(exc), "UNAVAILABLE"), flags=FINAL)
+
+    def _report_unhealthy(self, error: BaseException) -> None:
+        """The engine thread died: every request got an error; unload so Triton reports the model not ready.
+
+        (The python backend of Triton 2.51 has no readiness hook; unloading itself through the model
+        control API is how a model says it cannot serve.)
+        """
+        pb_utils.Logger.log_error(f"generator engine thread died: {error!r}; unloading the model")
+
+        def unload() -> None:
+            try:
+                pb_utils.unload_model(self.model_name)
+            except Exception as exc:  # noqa: BLE001 - e.g. not in explicit model control mode
+                pb_utils.Logger.log_error(f"could not unload {self.model_name}: {exc!r}")
+
+        threading.Thread(target=unload, name="tritongen-unload", daemon=True).start()
 
     def finalize(self) -> None:
         self.engine.close()
