@@ -65,20 +65,23 @@ def genai_perf_commands(grpc_url: str, http_url: str, tokenizer: Path, input_tok
     common = ["profile", "-m", "generator", "--tokenizer", str(tokenizer),
               "--synthetic-input-tokens-mean", str(input_tokens), "--synthetic-input-tokens-stddev", "0",
               "--output-tokens-mean", str(output_tokens), "--concurrency", "1",
-              "--request-count", str(requests), "--warmup-request-count", "1", "--random-seed", "0"]
+              "--request-count", str(requests), "--warmup-request-count", "1"]
+    # Each run its own --random-seed: the same seed gives the same synthetic prompts, which the generator's
+    # prefix cache would then serve to the next run without a prefill (TTFT no longer cold).
     return {
         # The vLLM backend's tensors: text_input, stream, exclude_input_in_output, sampling_parameters JSON.
         "vllm, gRPC streaming": [*common, "--backend", "vllm", "--endpoint-type", "kserve", "--streaming",
                                  "-u", grpc_url, "--output-tokens-mean-deterministic",
-                                 "--artifact-dir", str(artifacts / "vllm")],
+                                 "--random-seed", "1", "--artifact-dir", str(artifacts / "vllm")],
         # TensorRT-LLM's: text_input, max_tokens, min_length, stream, exclude_input_in_output.
         "tensorrtllm, gRPC streaming": [*common, "--backend", "tensorrtllm", "--endpoint-type", "kserve",
                                         "--streaming", "-u", grpc_url, "--output-tokens-mean-deterministic",
-                                        "--artifact-dir", str(artifacts / "tensorrtllm")],
+                                        "--random-seed", "2", "--artifact-dir", str(artifacts / "tensorrtllm")],
         # The HTTP generate extension with server-sent events (genai-perf allows --backend only with kserve).
         "generate_stream, HTTP SSE": [*common, "--endpoint-type", "generate", "--endpoint",
                                       "v2/models/generator/generate_stream", "--streaming", "-u", http_url,
-                                      "--extra-inputs", "ignore_eos:true", "--artifact-dir", str(artifacts / "http")],
+                                      "--extra-inputs", "ignore_eos:true", "--random-seed", "3",
+                                      "--artifact-dir", str(artifacts / "http")],
     }
 
 

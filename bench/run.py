@@ -43,6 +43,7 @@ SYSTEMS = {
     "onnx-genai": ("onnx-genai", 1, "onnx-genai {v} (no ITL: tokens arrive at the end)", "onnx-genai"),
     "raw-b16": ("raw", 16, "raw onnxruntime loop (the limit)", "raw"),
 }
+CLIENT_TOKENS = 64  # output tokens per genai-perf request (ITL needs no more; keeps make bench short)
 WARMUP_TOKENS = 32  # enough to take first-run costs out; longer warm-ups only cost time
 PAUSE_S = 0.3  # between systems: lets the previous one's onnxruntime threads stop spinning
 
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     records: dict[str, list[dict]] = {}
     pa, gp, cut, loads = None, [], [], []
     in_tokens = sorted(len(ids) for _, ids in prompts)[len(prompts) // 2]
+    client_n = min(n, CLIENT_TOKENS)
     try:
         log("loading every system in its own process (and tritonserver) ...")
         options = {"raw": {"model_path": str(onnx_file), "batch": 1},
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             if r > 0 and not args.no_clients:
                 round_s = (time.monotonic() - rounds_started) / r
                 raw_s = float(np.median([rec["times"][-1] for rec in records.get("raw", [])] or [round_s / 6]))
-                clients_s = raw_s * (3 * (args.client_requests + 2) + 2) + 45
+                clients_s = 3 * ((args.client_requests + 1) * raw_s * client_n / n * 1.3 + raw_s * client_n / n + 30) + 15
                 if time.monotonic() - started + round_s + clients_s > budget:
                     cut.append(f"measured {r} of {rounds} rounds: another ({round_s:.0f}s) and the clients "
                                f"(~{clients_s:.0f}s) would overrun the {args.budget_min:g}-min budget")
@@ -213,12 +215,13 @@ def main(argv: list[str] | None = None) -> int:
                 w.stop()
 
         if not args.no_clients and server_ok:
-            raw_refs = [raw_reference(workers.get("raw"), prompts[0], n)]
+            raw_refs = [raw_reference(workers.get("raw"), prompts[0], client_n)]
             log("perf_analyzer (bench/perf_analyzer_input.json) ...")
             pa = clients.perf_analyzer(server.url_grpc, args.work)
             log("  FAILED:\n" + pa["error"] if "error" in pa else "  ok")
             commands = clients.genai_perf_commands(server.url_grpc, server.url_http.removeprefix("http://"), target,
-                                                   in_tokens, n, args.client_requests, args.work / "genai-perf")
+                                                   in_tokens, client_n, args.client_requests,
+                                                   args.work / "genai-perf")
             client_started = time.monotonic()
             for k, (name, cmd) in enumerate(commands.items()):
                 per_run = (time.monotonic() - client_started) / k if k else 0
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"genai-perf {name} ...")
                 gp.append(clients.genai_perf(name, cmd))
                 log("  FAILED:\n" + gp[-1]["error"] if "error" in gp[-1] else "  ok")
-                raw_refs.append(raw_reference(workers.get("raw"), prompts[0], n))
+                raw_refs.append(raw_reference(workers.get("raw"), prompts[0], client_n))
             for k, summary in enumerate(gp):
                 around = [r for r in raw_refs[k:k + 2] if r]
                 if around:
@@ -307,12 +310,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(one prompt per round, same for all); onnxruntime {versions['onnxruntime']}. Values are medians "
               f"over rounds (ITL: all inter-token gaps pooled); `(x)` is the ratio to the raw loop of the same "
               f"batch size in this run: for latencies >1 is slower, for tok/s <1 is slower. Batch 16 tok/s "
-              f"counts all 16 streams.\n")
+              f"counts all 16 streams. Best round: the fastest round of each system, the one least disturbed "
+              f"by other load.\n")
     md = "## Side by side on one model.onnx\n\n" + header + "\n" + report.table(rows)
     if pa is not None or gp:
         md += ("\n## perf_analyzer and genai-perf against the generator, unchanged\n\n"
                f"Same server, concurrency 1, {args.client_requests} measured requests each after 1 warm-up; "
-               f"synthetic prompts of {in_tokens} tokens, {n} output tokens. `x raw`: ratio to one raw batch-1 "
+               f"synthetic prompts of {in_tokens} tokens, {client_n} output tokens. `x raw`: ratio to one raw batch-1 "
                f"loop generation run right before and one right after each client (the mean of the two), "
                f"since these runs are not interleaved with the rest.\n\n")
         if pa is not None:
