@@ -12,6 +12,7 @@ counted valid. Bad constraints get an error before any token.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
@@ -132,7 +133,8 @@ def test_suite_outputs_validate_through_triton(server):
     outcomes = [judge(case, t, s, g["finish_reason"], g["text"], g["num_tokens"])
                 for (case, t, s), g in zip(jobs, got)]
     figures = report(outcomes, f"constraint suite on SmolLM2 through Triton: {len(SUITE)} constraints, "
-                               f"{len(jobs)} runs, {IN_FLIGHT} in flight over gRPC streaming, {elapsed:.0f}s")
+                               f"{len(jobs)} runs, {IN_FLIGHT} in flight over gRPC streaming, {elapsed:.0f}s "
+                               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     for o in outcomes:
         assert o.finish_reason in ("eos_token", "max_tokens"), (o.case, o.finish_reason)
         if o.finish_reason == "max_tokens":
