@@ -172,7 +172,7 @@ def test_speculative_sampling_keeps_the_target_distribution(tiny_folder, tmp_pat
     from conftest import build_tiny
 
     other_draft = build_tiny(tmp_path / "draft", "gqa", seed=1)  # a draft that disagrees with the target
-    engine = Engine(tiny_folder, EngineConfig(draft_model=other_draft))
+    engine = Engine(tiny_folder, EngineConfig(draft_model=other_draft, max_queue_len=1000))
     try:
         plain = sample_tokens(engine, None, range(0, 800))
         for mode in (SpeculativeMode("draft_model"), LOOKUP):

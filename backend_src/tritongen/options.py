@@ -47,7 +47,7 @@ class GenerateConstraint:
     @staticmethod
     def choice(options: list[str]) -> "GenerateConstraint":
         """Exactly one of the given strings (vLLM's guided `choice`), as a Lark grammar."""
-        if not options or not all(isinstance(o, str) and o for o in options):
+        if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
             raise ValueError("choice needs a non-empty list of non-empty strings")
         return GenerateConstraint("lark", "start: " + " | ".join(json.dumps(o) for o in options))
 
