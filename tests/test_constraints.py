@@ -225,3 +225,12 @@ def test_suite_is_large_and_compiles(tiny):
     compiler = tiny.constraint_compiler()
     for case in SUITE:
         compiler.compile(case.constraint())
+
+
+def test_min_length_does_not_pad_a_complete_constraint_with_eos(tiny):
+    from tritongen.options import GenerateConstraint, GenerateOptions, GenerateRequest
+
+    options = GenerateOptions(max_new_tokens=20, min_length=10, constraint=GenerateConstraint.choice(["yes", "no"]))
+    result = tiny.generate(GenerateRequest("Answer:", options))
+    assert result.text in ("yes", "no") and result.finish_reason.kind == "eos_token"
+    assert result.token_ids.count(tiny.tokenizer.eos_token_id) <= 1
