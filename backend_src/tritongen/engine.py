@@ -502,7 +502,7 @@ class Engine:
             seq.first_token_at, seq.first_token_step = now, self.stats.steps
         seq.token_times.append(now)
         text, reason = seq.stopper.add(token, seq.detok.add(token))
-        if reason is None and seq.matcher is not None and seq.matcher.is_stopped():
+        if reason is None and seq.matcher is not None and seq.matcher.is_stopped() and token == seq.stopper.eos_token_id:
             reason = FinishReason.EOS_TOKEN  # the constraint is complete: min_length cannot ask for more
         if seq.logprobs is not None:
             seq.logprobs.append(choice.logprob)
