@@ -57,6 +57,8 @@ class ParsedRequest:
     priority: Priority = Priority.NORMAL
     session_id: str | None = None
     end_session: bool = False
+    prompt_field: str = "text_input"  # the input that held the prompt, for errors found later
+    constraint_field: str | None = None  # where the constraint came from, for compile errors
 
 
 def _coerce(name: str, kind: str, value):
@@ -251,7 +253,7 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
             raise RequestError(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
         options.top_logprobs = top_logprobs
 
-    options.constraint = _constraint(tensors, sampling, parameters)
+    options.constraint, constraint_field = _constraint(tensors, sampling, parameters)
     options.speculative_mode = _speculative(_string_option("speculative", tensors, parameters))
     num_draft = get("num_draft_tokens", _INT)
     if num_draft is not None:
@@ -279,11 +281,12 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     end_session = bool(get("end_session", _BOOL))
     if end_session and session_id is None:
         raise RequestError("end_session needs a session_id")
-    return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text, priority, session_id, end_session)
+    return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text, priority, session_id, end_session,
+                         given[0], constraint_field)
 
 
-def _constraint(tensors: dict, sampling: dict, parameters: dict) -> GenerateConstraint | None:
-    """guided_decoding_guide_type + guided_decoding_guide, or sampling_parameters.guided_decoding."""
+def _constraint(tensors: dict, sampling: dict, parameters: dict) -> tuple[GenerateConstraint | None, str | None]:
+    """guided_decoding_guide_type + guided_decoding_guide, or sampling_parameters.guided_decoding; and its field."""
     kind = _string_option("guided_decoding_guide_type", tensors, parameters)
     guide = _string_option("guided_decoding_guide", tensors, parameters)
     guided = sampling.get("guided_decoding")
@@ -295,11 +298,11 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict) -> GenerateCons
             raise RequestError(f"guided_decoding_guide_type must be one of {', '.join(CONSTRAINT_KINDS)}, got {kind!r}")
         if kind != "json" and not guide:
             raise RequestError(f"guided_decoding_guide is required for guided_decoding_guide_type {kind}")
-        return GenerateConstraint(kind, guide or "")
+        return GenerateConstraint(kind, guide or ""), "guided_decoding_guide"
     if guide is not None:
         raise RequestError("guided_decoding_guide needs guided_decoding_guide_type")
     if guided is None:
-        return None
+        return None, None
     if not isinstance(guided, dict):
         raise RequestError("sampling_parameters.guided_decoding must be an object")
     given = [k for k in guided if guided[k] is not None and guided[k] is not False]
@@ -310,16 +313,17 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict) -> GenerateCons
         raise RequestError("sampling_parameters.guided_decoding needs exactly one of: " + ", ".join(_GUIDED_KEYS))
     key = given[0]
     value = guided[key]
+    field = f"sampling_parameters.guided_decoding.{key}"
     try:
         if key == "choice":
-            return GenerateConstraint.choice(value)
+            return GenerateConstraint.choice(value), field
         if key == "json_object":
-            return GenerateConstraint("json")
+            return GenerateConstraint("json"), field
         if key == "json":
-            return GenerateConstraint("json_schema", value if isinstance(value, str) else json.dumps(value))
+            return GenerateConstraint("json_schema", value if isinstance(value, str) else json.dumps(value)), field
         if not isinstance(value, str):
             raise ValueError(f"{key} must be a string")
-        return GenerateConstraint(_GUIDED_KEYS[key], value)
+        return GenerateConstraint(_GUIDED_KEYS[key], value), field
     except ValueError as exc:
         raise RequestError(f"sampling_parameters.guided_decoding.{key}: {exc}") from None
 

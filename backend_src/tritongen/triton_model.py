@@ -32,6 +32,12 @@ def _error(message: str, code: str = "INVALID_ARG") -> "pb_utils.InferenceRespon
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
 
 
+def _naming(field: str | None, error: Exception) -> str:
+    """The error's message, led by the request field it concerns when the message does not name it."""
+    message = str(error)
+    return message if field is None or field in message else f"{field}: {message}"
+
+
 def _parameters(config: dict) -> dict[str, str]:
     return {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
 
@@ -148,11 +154,18 @@ class TritonPythonModel:
             if self.fault_injection and parameters.pop("tritongen_fault", None) == "engine_crash":
                 self.engine.inject_fault()  # tests only: TRITONGEN_FAULT_INJECTION=1 in the server's environment
             parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat)
-            prompt_ids = self.engine.tokenize_prompt(parsed.request)
+            try:
+                prompt_ids = self.engine.tokenize_prompt(parsed.request)
+            except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
+                raise RequestError(_naming(parsed.prompt_field, exc)) from None
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics)
-            self.engine.submit(GenerateRequest(prompt_ids, parsed.request.options),
-                               on_token=stream.on_token, on_done=stream.on_done, priority=parsed.priority,
-                               session_id=parsed.session_id, end_session=parsed.end_session)
+            try:
+                self.engine.submit(GenerateRequest(prompt_ids, parsed.request.options),
+                                   on_token=stream.on_token, on_done=stream.on_done, priority=parsed.priority,
+                                   session_id=parsed.session_id, end_session=parsed.end_session)
+            except ValueError as exc:  # a constraint that does not compile names where it came from
+                constraint = parsed.constraint_field if "constraint" in str(exc) else None
+                raise RequestError(_naming(constraint, exc)) from None
         except (RequestError, ValueError) as exc:
             sender.send(_error(str(exc)), flags=FINAL)
         except (EngineOverloaded, EngineStopped) as exc:
