@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-repository", type=Path, default=ROOT / "model_repository")
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=3, help=f"measured rounds, one prompt each (at most {len(PROMPTS)})")
+    ap.add_argument("--rounds", type=int, default=5, help=f"measured rounds, one prompt each (at most {len(PROMPTS)})")
     ap.add_argument("--skip", default="", help="comma-separated systems to leave out: " + ",".join(SYSTEMS))
     ap.add_argument("--no-clients", action="store_true", help="skip perf_analyzer and genai-perf")
     ap.add_argument("--client-requests", type=int, default=3, help="measured requests per genai-perf run")
