@@ -109,7 +109,7 @@ def plots(out: Path, rows: list[dict], timelines: dict[str, list[float]]) -> lis
     ok = [r for r in rows if r.get("figures") and r.get("base")]
     if ok:
         labels = [f"{r['short']}\nb{r['batch']}" for r in ok]
-        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90)
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=80)
         width = 0.27
         xs = np.arange(len(ok))
         for k, (key, label) in enumerate((("ttft_ms", "TTFT"), ("itl_p50_ms", "ITL p50"), ("itl_p99_ms", "ITL p99"))):
@@ -132,14 +132,18 @@ def plots(out: Path, rows: list[dict], timelines: dict[str, list[float]]) -> lis
         plt.close(fig)
         written.append(path)
     if timelines:
-        fig, ax = plt.subplots(figsize=(11, 4), dpi=90)
-        for name, series in timelines.items():
-            ax.plot(np.arange(1, len(series) + 1), 1e3 * np.asarray(series), lw=1, label=name)
-        ax.set_xlabel("generated token")
-        ax.set_ylabel("ms since previous token (median over rounds)")
-        ax.set_title("inter-token latency along the generation")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+        groups = [[k for k in timelines if not k.endswith("b16")], [k for k in timelines if k.endswith("b16")]]
+        groups = [g for g in groups if g]
+        fig, axes = plt.subplots(len(groups), 1, figsize=(11, 2.6 + 1.6 * len(groups)), dpi=80, squeeze=False)
+        for ax, names in zip(axes[:, 0], groups):
+            for name in names:
+                series = timelines[name]
+                ax.plot(np.arange(1, len(series) + 1), 1e3 * np.asarray(series), lw=1, label=name)
+            ax.set_ylabel("ms since previous token")
+            ax.set_ylim(bottom=0)
+            ax.legend(fontsize=8, ncol=3)
+        axes[0, 0].set_title("inter-token latency along the generation (median over rounds)")
+        axes[-1, 0].set_xlabel("generated token")
         fig.tight_layout()
         path = out / "itl_timeline.png"
         fig.savefig(path)
