@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,9 @@ from .triton_metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, parse_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# A request that produced no token for this long (queued, preempted, prefilling) is asked whether its
+# client is still there; the others are asked at every token.
+_CANCEL_SWEEP_SECONDS = 0.25
 
 
 class ClientCancelled(Exception):
@@ -56,6 +61,8 @@ class _Stream:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.logprobs: list = []
+        self.handle = None  # the engine's RequestHandle, once submitted
+        self.last_token_at = time.monotonic()
 
     def response(self, text: str, ids: list[int], finish: FinishReason | None, logprobs: list) -> "pb_utils.InferenceResponse":
         tensors = [
@@ -83,6 +90,7 @@ class _Stream:
     def on_token(self, token: GenerateToken) -> None:
         if self.sender.is_cancelled():
             raise ClientCancelled()
+        self.last_token_at = time.monotonic()
         self.num_generated += 1
         if not self.parsed.mode.stream:
             return
@@ -99,7 +107,7 @@ class _Stream:
             self.prefix_hit_len = result.prefix_cache_hit_len
             self.drafted, self.accepted = result.total_draft_tokens, result.total_accepted_draft_tokens
             self.metrics.request_finished(result)
-        if isinstance(error, ClientCancelled):
+        if isinstance(error, ClientCancelled) or (result is not None and result.finish_reason == FinishReason.CANCELLED):
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self.sender.send(flags=FINAL)
         elif error is not None:
@@ -129,7 +137,10 @@ class TritonPythonModel:
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]})
-        self.engine.on_step = self.metrics.engine_stepped
+        self._streams: set[_Stream] = set()  # submitted, not finished
+        self._streams_lock = threading.Lock()
+        self._last_sweep = 0.0
+        self.engine.on_step = self._on_step
         self.engine.on_death = self._report_unhealthy
         self.model_name = args["model_name"]
         self.fault_injection = os.environ.get("TRITONGEN_FAULT_INJECTION") == "1"
@@ -159,17 +170,46 @@ class TritonPythonModel:
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics)
+            with self._streams_lock:
+                self._streams.add(stream)
             try:
-                self.engine.submit(GenerateRequest(prompt_ids, parsed.request.options),
-                                   on_token=stream.on_token, on_done=stream.on_done, priority=parsed.priority,
-                                   session_id=parsed.session_id, end_session=parsed.end_session)
-            except ValueError as exc:  # a constraint that does not compile names where it came from
-                constraint = parsed.constraint_field if "constraint" in str(exc) else None
-                raise RequestError(_naming(constraint, exc)) from None
+                stream.handle = self.engine.submit(
+                    GenerateRequest(prompt_ids, parsed.request.options), on_token=stream.on_token,
+                    on_done=partial(self._done, stream), priority=parsed.priority, session_id=parsed.session_id,
+                    end_session=parsed.end_session)
+            except BaseException as exc:
+                with self._streams_lock:
+                    self._streams.discard(stream)
+                if isinstance(exc, ValueError):  # a constraint that does not compile names where it came from
+                    constraint = parsed.constraint_field if "constraint" in str(exc) else None
+                    raise RequestError(_naming(constraint, exc)) from None
+                raise
         except (RequestError, ValueError) as exc:
             sender.send(_error(str(exc)), flags=FINAL)
         except (EngineOverloaded, EngineStopped) as exc:
             sender.send(_error(str(exc), "UNAVAILABLE"), flags=FINAL)
+
+    def _done(self, stream: _Stream, result: GenerateResult | None, error: BaseException | None) -> None:
+        with self._streams_lock:
+            self._streams.discard(stream)
+        stream.on_done(result, error)
+
+    def _on_step(self, engine: Engine) -> None:
+        """After each engine step: metrics; and a few times a second, cancel requests whose client left
+        while they were not producing tokens (queued or preempted), so they free their queue place now."""
+        self.metrics.engine_stepped(engine)
+        now = time.monotonic()
+        if now - self._last_sweep < _CANCEL_SWEEP_SECONDS:
+            return
+        self._last_sweep = now
+        with self._streams_lock:
+            idle = [s for s in self._streams if s.handle is not None and now - s.last_token_at > _CANCEL_SWEEP_SECONDS]
+        try:
+            for stream in idle:
+                if stream.sender.is_cancelled():
+                    stream.handle.cancel()
+        except Exception as exc:  # noqa: BLE001 - never let the sweep stop the engine thread
+            pb_utils.Logger.log_error(f"cancellation sweep failed: {exc!r}")
 
     def _report_unhealthy(self, error: BaseException) -> None:
         """The engine thread died: every request got an error; unload so Triton reports the model not ready.
