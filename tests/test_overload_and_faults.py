@@ -137,10 +137,6 @@ def test_burst_beyond_batch_and_queue_is_refused_fast_and_retries_complete_corre
     assert wait_idle(server)["tritongen:kv_pages_used"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug, reported: Engine.submit counts every submitted, not-yet-running request as waiting "
-    "(len(_live) - len(running)), so a burst that the free batch slots could take at once is refused "
-    "while the engine thread is busy with a step; it should count only what exceeds max_num_seqs"))
 def test_a_burst_that_fits_batch_and_queue_is_all_accepted(server):
     results: list = []
     threads = [threading.Thread(target=lambda p=p: results.append(one_request(server, p, "grpc")))
@@ -444,12 +440,7 @@ def victims():
     ]
 
 
-MATCHER_BUG = pytest.mark.xfail(strict=True, reason=(
-    "engine bug, reported: when one matcher breaks while the batch's masks are computed, _decode_batch fails "
-    "every constrained row of the step; the fix retries each row's mask alone and fails only the broken one"))
-
-
-@pytest.mark.parametrize("victim", ["processor", pytest.param("matcher", marks=MATCHER_BUG), "proposer",
+@pytest.mark.parametrize("victim", ["processor", "matcher", "proposer",
                                     "verification"])
 def test_an_exception_in_one_request_fails_it_alone(tiny_folder, victim):
     engine = Engine(tiny_folder)

@@ -173,7 +173,9 @@ class Engine:
         if arrival_step is not None:
             seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
         with self._wake:
-            waiting = len(self._live) - len(self.scheduler.running)
+            # Not yet admitted, beyond what the free batch slots take at the next step.
+            free_slots = self.config.scheduler.max_num_seqs - len(self.scheduler.running)
+            waiting = len(self._live) - len(self.scheduler.running) - max(free_slots, 0)
             if waiting >= self.config.max_queue_len:
                 raise EngineOverloaded(f"overloaded: {waiting} requests are already waiting "
                                        f"(max_queue_len {self.config.max_queue_len}); retry later")
@@ -414,12 +416,12 @@ class Engine:
         logits, extras = self.decoder.decode(ids, seqlens, hidden_names)
         for seq in rows if hidden_names else ():
             seq.hidden = {n: extras[n][seq.slot, 0].copy() for n in seq.proposer.hidden_outputs} if seq.proposer else {}
-        try:
-            allowed = self._allowed(constrained, masks)
-        except Exception as exc:  # noqa: BLE001 - the constrained rows fail, the others go on
-            finished.extend((s, exc) for s in constrained)
-            rows = [s for s in rows if s.matcher is None]
-            allowed = {}
+        allowed = self._allowed(constrained, masks)
+        broken = [s for s in constrained if id(s) not in allowed]
+        if broken:  # their matcher failed while the masks were computed: they fail, the others go on
+            finished.extend((s, RuntimeError(f"constraint failed: {s.matcher.get_error() or 'LLMatcher error'}"))
+                            for s in broken)
+            rows = [s for s in rows if s not in broken]
         self.stats.decode_steps += 1
         self.stats.decode_log.append(tuple(s.request_id for s in rows))
         fast = [s for s in rows if s.sampler.plain_greedy()]
@@ -451,7 +453,7 @@ class Engine:
         accepted, done = 0, len(finished)
         for i in range(k + 1):
             seq.num_computed = start + 1 + i  # KV is valid through ids[i]
-            allowed = self._allowed([seq], self.masks.start([seq.matcher])).get(id(seq)) if seq.matcher else None
+            allowed = self._mask(seq)
             if i < k:
                 q = proposal.probs[i] if proposal.probs is not None else None
                 choice = seq.sampler.verify(rows[i], allowed, proposal.tokens[i], q)
@@ -479,16 +481,37 @@ class Engine:
         logits, extras = self.decoder.prefill(seq.slot, chunk, start, hidden_names)
         seq.hidden = {n: extras[n][0, -1].copy() for n in hidden_names}
         allowed = self._allowed(constrained, masks)
+        if constrained and id(seq) not in allowed:
+            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
         self.stats.prefill_calls += 1
         seq.num_computed += n
         self.kv.commit_full_pages(seq)
         if samples:
             self._emit(seq, seq.sampler.choose(logits[0, -1], allowed.get(id(seq))), finished)
 
+    def _mask(self, seq: Sequence) -> np.ndarray | None:
+        """One row's mask, computed now (verification needs it after each accepted token)."""
+        if seq.matcher is None:
+            return None
+        allowed = self._allowed([seq], self.masks.start([seq.matcher]))
+        if id(seq) not in allowed:
+            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
+        return allowed[id(seq)]
+
     def _allowed(self, constrained: list[Sequence], masks) -> dict[int, np.ndarray]:
+        """Masks of the constrained rows; a row whose matcher breaks is left out (the caller fails it)."""
         if not constrained:
             return {}
-        words = masks.result()
+        try:
+            words = masks.result()
+        except Exception:  # noqa: BLE001 - one broken matcher: retry row by row to find it
+            allowed = {}
+            for seq in constrained:
+                try:
+                    allowed[id(seq)] = allowed_tokens(self.masks.start([seq.matcher]).result()[0], self.vocab_size)
+                except Exception:  # noqa: BLE001
+                    pass
+            return allowed
         return {id(s): allowed_tokens(words[i], self.vocab_size) for i, s in enumerate(constrained)}
 
     def _emit(self, seq: Sequence, choice: TokenChoice, finished: list) -> None:
