@@ -23,7 +23,7 @@ from .triton_metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, parse_request
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-# A request that produced no token for this long (queued, preempted, prefilling) is asked whether its
+# A request that has produced no token after this long (queued, or prefilling) is asked whether its
 # client is still there; the others are asked at every token.
 _CANCEL_SWEEP_SECONDS = 0.25
 
@@ -62,7 +62,7 @@ class _Stream:
         self.ids: list[int] = []
         self.logprobs: list = []
         self.handle = None  # the engine's RequestHandle, once submitted
-        self.last_token_at = time.monotonic()
+        self.created_at = time.monotonic()
 
     def response(self, text: str, ids: list[int], finish: FinishReason | None, logprobs: list) -> "pb_utils.InferenceResponse":
         tensors = [
@@ -90,7 +90,6 @@ class _Stream:
     def on_token(self, token: GenerateToken) -> None:
         if self.sender.is_cancelled():
             raise ClientCancelled()
-        self.last_token_at = time.monotonic()
         self.num_generated += 1
         if not self.parsed.mode.stream:
             return
@@ -196,14 +195,18 @@ class TritonPythonModel:
 
     def _on_step(self, engine: Engine) -> None:
         """After each engine step: metrics; and a few times a second, cancel requests whose client left
-        while they were not producing tokens (queued or preempted), so they free their queue place now."""
+        before their first token (while queued), so they free their queue place now.
+
+        Session requests are left to the per-token check: the engine keeps the session pin of a request
+        it ends as cancelled (FinishReason.CANCELLED), which the per-token check avoids."""
         self.metrics.engine_stepped(engine)
         now = time.monotonic()
         if now - self._last_sweep < _CANCEL_SWEEP_SECONDS:
             return
         self._last_sweep = now
         with self._streams_lock:
-            idle = [s for s in self._streams if s.handle is not None and now - s.last_token_at > _CANCEL_SWEEP_SECONDS]
+            idle = [s for s in self._streams if s.handle is not None and s.num_generated == 0
+                    and s.parsed.session_id is None and now - s.created_at > _CANCEL_SWEEP_SECONDS]
         try:
             for stream in idle:
                 if stream.sender.is_cancelled():
