@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup models serve serve-openai demo test lint clean bench
+.PHONY: setup models serve serve-openai demo test lint clean bench soak
 
 setup: $(SETUP_STAMP)
 
@@ -30,6 +30,10 @@ test: setup
 bench: models
 	bench/setup.sh
 	$(PY) bench/run.py
+
+# 32 streaming clients for 5 minutes against a loopback-only server: errors, latency, memory.
+soak: models
+	$(PY) bench/soak.py --duration 300 --clients 32
 
 lint: setup
 	$(PY) -m ruff check backend_src client tests
