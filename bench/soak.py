@@ -314,6 +314,11 @@ def main(argv=None) -> int:
     print(f"  greedy repeats      {report['greedy_requests_repeated']} distinct requests, "
           f"{report['greedy_mismatches']} answers that differed from the first run")
     print(f"  stub RSS            start {fmt(s['stub_rss_mib'], ' MiB')}, end {fmt(e['stub_rss_mib'], ' MiB')}")
+    trend = report["stub_rss_trend_mib"]
+    if len(trend) >= 4:  # the KV page store is committed lazily, page by page: the first minutes grow with it
+        half = trend[len(trend) // 2]
+        print(f"  stub RSS, 2nd half  t={half[0]}s {half[1]:.1f} MiB -> t={trend[-1][0]}s {trend[-1][1]:.1f} MiB "
+              f"({100 * (trend[-1][1] - half[1]) / half[1]:+.1f}%)")
     print(f"  tritonserver RSS    start {fmt(s['server_rss_mib'], ' MiB')}, end {fmt(e['server_rss_mib'], ' MiB')}")
     print(f"  /dev/shm (mapped)   start {fmt(s['shm_mib'], ' MiB')}, end {fmt(e['shm_mib'], ' MiB')}")
     print(f"  KV pages used idle  start {s.get('kv_pages_used')}, end {e.get('kv_pages_used')}")
