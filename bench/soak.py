@@ -307,7 +307,8 @@ def main(argv=None) -> int:
           f"(load average {', '.join(f'{x:.1f}' for x in report['load_average'])})")
     print(f"  requests completed  {report['requests_completed']} ({report['requests_per_s']}/s), "
           f"{report['tokens']} tokens ({report['tokens_per_s']}/s)")
-    print(f"  errors              {report['errors']}" + (f"  e.g. {report['error_examples']}" if report['errors'] else ""))
+    examples = f"  e.g. {report['error_examples']}" if report["errors"] else ""
+    print(f"  errors              {report['errors']}{examples}")
     print(f"  finish reasons      {report['finish_reasons']}")
     print(f"  time to first resp  p50 {fmt(report['ttft_ms_p50'], ' ms')}, p99 {fmt(report['ttft_ms_p99'], ' ms')}")
     print(f"  inter-token latency p50 {fmt(report['itl_ms_p50'], ' ms')}, p99 {fmt(report['itl_ms_p99'], ' ms')}")

@@ -34,7 +34,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from test_bad_input import (NO_HEADS, cancelled_counts, generate, grpc_request, is_final, rss_kib, scrape,
-                            shm_bytes, small_repository, start_server, stub_pid, tensor, text, wait_idle)
+                            shm_bytes, small_repository, start_server, stop_server, stub_pid, tensor, text, wait_idle)
 from tritongen.engine import Engine
 from tritongen.options import GenerateConstraint, GenerateOptions, GenerateRequest
 from tritongen.speculative.modes import SpeculativeMode
@@ -63,7 +63,7 @@ def server(target_folder, tmp_path_factory):
         srv.baseline = wait_idle(srv)
         yield srv
     finally:
-        srv.stop()
+        stop_server(srv)
 
 
 class GrpcStream:
@@ -218,7 +218,8 @@ def test_cancelled_constrained_request_then_constraints_still_work(server):
     stream.take(2)
     stream.client.stop_stream(cancel_requests=True)
     assert wait_for_new_cancel(server, before) < 60
-    got = grpc_request(server, {"text_input": text("Give me JSON with a color."), "max_tokens": np.array([40], np.int32),
+    got = grpc_request(server, {"text_input": text("Give me JSON with a color."),
+                                "max_tokens": np.array([40], np.int32),
                                 "guided_decoding_guide_type": text("json_schema"), "guided_decoding_guide": text(
                                     json.dumps({"type": "object", "properties": {"color": {"enum": ["red", "blue"]}},
                                                 "required": ["color"], "additionalProperties": False})),
@@ -233,7 +234,8 @@ def cancel_after_first_response(server, i: int) -> str | None:
     inputs = [tensor("text_input", text(f"Count to ten, take {i}:")), tensor("max_tokens", np.array([64], np.int32)),
               tensor("ignore_eos", np.array([True])), tensor("stream", np.array([True]))]
     if i % 5 == 0:  # some constrained: their matchers must go too
-        inputs += [tensor("guided_decoding_guide_type", text("regex")), tensor("guided_decoding_guide", text("[a-z ]+"))]
+        inputs += [tensor("guided_decoding_guide_type", text("regex")),
+                   tensor("guided_decoding_guide", text("[a-z ]+"))]
     if i % 7 == 0:  # some in a session: no pin may stay behind
         inputs.append(tensor("session_id", text(f"wave-{i}")))
     events: queue.Queue = queue.Queue()
@@ -267,7 +269,7 @@ def run_waves(server, count: int, wave: int, offset: int = 0) -> list[str]:
 
 def test_500_cancelled_streams_leave_no_pages_shm_or_memory_behind(server):
     pids = [server.process.pid, stub_pid(server)]
-    assert run_waves(server, 48, 24, offset=10_000) == []  # warm-up: Triton's and the stub's pools reach size
+    assert run_waves(server, 25, 25, offset=10_000) == []  # warm-up: Triton's and the stub's pools reach size
     wait_idle(server)
     gc_settle = time.monotonic() + 1
     while time.monotonic() < gc_settle:
