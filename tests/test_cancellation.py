@@ -332,9 +332,6 @@ def test_cancelled_requests_release_pages_matchers_and_proposer_state(tiny_folde
         engine.close()
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug, reported: a request cancelled through the in-process API "
-                   "(handle.cancel / closing engine.stream) finishes with FinishReason.CANCELLED and _finish keeps "
-                   "its session pin; through Triton the same cancel drops it")
 def test_cancelled_session_turn_keeps_no_pin_in_process(tiny_folder):
     engine = Engine(tiny_folder)
     try:

@@ -544,7 +544,8 @@ class Engine:
         if seq.status == Status.FINISHED:
             return
         if seq.status == Status.RUNNING:
-            keep = seq.session_id is not None and not seq.end_session and isinstance(outcome, FinishReason)
+            keep = (seq.session_id is not None and not seq.end_session and isinstance(outcome, FinishReason)
+                    and outcome != FinishReason.CANCELLED)  # a cancelled turn does not extend its session
             sched.remove(seq, keep_session=keep)
         else:
             (sched.waiting if seq in sched.waiting else sched.scheduled).remove(seq)

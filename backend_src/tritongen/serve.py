@@ -201,6 +201,12 @@ class TritonServer:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        # tritonserver 2.51 may crash at its exit timeout and leave the python backend stub running:
+        # the stub is in the server's process group (its own session), so end whatever is left of it.
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         return p.returncode
 
     def __enter__(self) -> "TritonServer":

@@ -195,10 +195,7 @@ class TritonPythonModel:
 
     def _on_step(self, engine: Engine) -> None:
         """After each engine step: metrics; and a few times a second, cancel requests whose client left
-        before their first token (while queued), so they free their queue place now.
-
-        Session requests are left to the per-token check: the engine keeps the session pin of a request
-        it ends as cancelled (FinishReason.CANCELLED), which the per-token check avoids."""
+        before their first token (while queued), so they free their queue place now."""
         self.metrics.engine_stepped(engine)
         now = time.monotonic()
         if now - self._last_sweep < _CANCEL_SWEEP_SECONDS:
@@ -206,7 +203,7 @@ class TritonPythonModel:
         self._last_sweep = now
         with self._streams_lock:
             idle = [s for s in self._streams if s.handle is not None and s.num_generated == 0
-                    and s.parsed.session_id is None and now - s.created_at > _CANCEL_SWEEP_SECONDS]
+                    and now - s.created_at > _CANCEL_SWEEP_SECONDS]
         try:
             for stream in idle:
                 if stream.sender.is_cancelled():
