@@ -53,3 +53,38 @@ def tiny_folder(tmp_path_factory) -> Path:
 def tiny_concat_folder(tmp_path_factory) -> Path:
     """The same tiny weights in the concat past/present layout."""
     return build_tiny(tmp_path_factory.mktemp("tiny_repo") / "tiny", "concat")
+
+
+@pytest.fixture(scope="module")
+def smollm2(target_gqa_folder):
+    """The engine as served, on SmolLM2, shared by a test module."""
+    from tritongen.engine import Engine
+
+    engine = Engine(target_gqa_folder)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def tiny(tiny_folder):
+    """A fresh engine on the tiny model for each test."""
+    from tritongen.engine import Engine
+
+    engine = Engine(tiny_folder)
+    yield engine
+    engine.close()
+
+
+def scrape_metrics(url: str) -> dict[str, float]:
+    """The tritongen: families of a Prometheus page, each summed over its labels."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    values: dict[str, float] = {}
+    for line in lines:
+        if line.startswith("tritongen:"):
+            name_labels, value = line.rsplit(" ", 1)
+            name = name_labels.split("{")[0]
+            values[name] = values.get(name, 0.0) + float(value)
+    return values

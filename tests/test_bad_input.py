@@ -30,7 +30,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
-from conftest import REPOSITORY
+from conftest import REPOSITORY, scrape_metrics
 from tritongen.serve import TritonServer
 
 pytestmark = pytest.mark.server
@@ -154,15 +154,7 @@ def generate(server, body, timeout: float = 60) -> tuple[int, str]:
 
 
 def scrape(server) -> dict[str, float]:
-    with urllib.request.urlopen(server.url_metrics, timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    values: dict[str, float] = {}
-    for line in lines:
-        if line.startswith("tritongen:"):
-            name_labels, value = line.rsplit(" ", 1)
-            name = name_labels.split("{")[0]
-            values[name] = values.get(name, 0.0) + float(value)
-    return values
+    return scrape_metrics(server.url_metrics)
 
 
 def wait_idle(server, timeout: float = 60) -> dict[str, float]:

@@ -50,20 +50,6 @@ def run_concurrently(engine: Engine, requests: list[GenerateRequest], **submit_k
     return results, handles
 
 
-@pytest.fixture(scope="module")
-def smollm2(target_gqa_folder):
-    engine = Engine(target_gqa_folder)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
-def tiny(tiny_folder):
-    engine = Engine(tiny_folder)
-    yield engine
-    engine.close()
-
-
 @pytest.mark.parametrize("model", ["tiny", "smollm2"])
 def test_sixteen_concurrent_greedy_requests_match_solo_runs(model, request):
     engine = request.getfixturevalue(model)

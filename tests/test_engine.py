@@ -13,20 +13,6 @@ from tritongen.options import FinishReason, GenerateOptions, GenerateRequest
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
-def smollm2(target_gqa_folder):
-    engine = Engine(target_gqa_folder)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture
-def tiny(tiny_folder):
-    engine = Engine(tiny_folder)
-    yield engine
-    engine.close()
-
-
 def test_greedy_chat_answer_is_exact(smollm2):
     result = smollm2.generate(GenerateRequest(smollm2.tokenizer.render_chat(FRANCE)))
     assert result.text == "The capital of France is Paris."
