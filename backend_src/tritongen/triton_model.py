@@ -1,7 +1,9 @@
 """TritonPythonModel for the decoupled `generator`: tensors in, engine calls, responses out.
 
-Responses are sent from the engine thread through each request's response
-sender; the last data response carries the FINAL flag.
+Token callbacks run on the engine thread and only queue work; a SendThread
+builds the responses, asks Triton whether the client is still there and sends,
+while the engine runs the next step. The last data response carries the FINAL
+flag.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .generator_settings import parse_settings
 from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
 from .triton_metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, parse_request
+from .send_thread import SendThread
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # A request that has produced no token after this long (queued, or prefilling) is asked whether its
@@ -50,8 +53,11 @@ def _parameters(config: dict) -> dict[str, str]:
 class _Stream:
     """One request's response side: buffers ids until they carry text."""
 
-    def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics):
+    def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics,
+                 sending: SendThread):
         self.sender = sender
+        self.sending = sending
+        self.cancelled = False  # set by the send thread when Triton reports the client gone
         self.num_generated = 0
         self.prefix_hit_len = self.drafted = self.accepted = 0
         self.text = ""  # streamed text not sent yet
@@ -88,24 +94,41 @@ class _Stream:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def on_token(self, token: GenerateToken) -> None:
-        if self.sender.is_cancelled():
+        if self.cancelled:
             raise ClientCancelled()
         self.num_generated += 1
         if not self.parsed.mode.stream:
+            self.sending.put(self.check_cancelled)
             return
         self.ids.append(token.token_id)
         self.text += token.text
         if token.logprob is not None:
             self.logprobs.append(token.logprob)
         if token.text and token.finish_reason is None:  # the last piece goes out with the result, in on_done
-            self.sender.send(self.response(self.text, self.ids, None, self.logprobs))
+            self.sending.put(partial(self._send_piece, self.text, self.ids, self.logprobs))
             self.ids, self.logprobs, self.text = [], [], ""
+
+    def check_cancelled(self) -> bool:
+        """Send thread: whether the client left; if so the engine thread fails the request at its next token."""
+        if not self.cancelled and self.sender.is_cancelled():
+            self.cancelled = True
+            if self.handle is not None:
+                self.handle.cancel()
+        return self.cancelled
+
+    def _send_piece(self, text: str, ids: list[int], logprobs: list) -> None:
+        if not self.check_cancelled():
+            self.sender.send(self.response(text, ids, None, logprobs))
 
     def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
         if result is not None:
             self.prefix_hit_len = result.prefix_cache_hit_len
             self.drafted, self.accepted = result.total_draft_tokens, result.total_accepted_draft_tokens
             self.metrics.request_finished(result)
+        self.sending.put(partial(self._send_final, result, error, self.text, self.ids, self.logprobs))
+
+    def _send_final(self, result: GenerateResult | None, error: BaseException | None, text: str, ids: list[int],
+                    logprobs: list) -> None:
         if isinstance(error, ClientCancelled) or (result is not None and result.finish_reason == FinishReason.CANCELLED):
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self.sender.send(flags=FINAL)
@@ -120,7 +143,7 @@ class _Stream:
             self.sender.send(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []),
                              flags=FINAL)
         else:
-            self.sender.send(self.response(self.text, self.ids, result.finish_reason, self.logprobs), flags=FINAL)
+            self.sender.send(self.response(text, ids, result.finish_reason, logprobs), flags=FINAL)
 
 
 class TritonPythonModel:
@@ -135,6 +158,7 @@ class TritonPythonModel:
         self.input_names = [i["name"] for i in self.model_config["input"]]
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
+        self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"))
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]})
         self._streams: set[_Stream] = set()  # submitted, not finished
         self._streams_lock = threading.Lock()
@@ -168,7 +192,7 @@ class TritonPythonModel:
                 prompt_ids = self.engine.tokenize_prompt(parsed.request)
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
-            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics)
+            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.sending)
             with self._streams_lock:
                 self._streams.add(stream)
             try:
@@ -204,12 +228,8 @@ class TritonPythonModel:
         with self._streams_lock:
             idle = [s for s in self._streams if s.handle is not None and s.num_generated == 0
                     and now - s.created_at > _CANCEL_SWEEP_SECONDS]
-        try:
-            for stream in idle:
-                if stream.sender.is_cancelled():
-                    stream.handle.cancel()
-        except Exception as exc:  # noqa: BLE001 - never let the sweep stop the engine thread
-            pb_utils.Logger.log_error(f"cancellation sweep failed: {exc!r}")
+        for stream in idle:
+            self.sending.put(stream.check_cancelled)
 
     def _report_unhealthy(self, error: BaseException) -> None:
         """The engine thread died: every request got an error; unload so Triton reports the model not ready.
@@ -229,4 +249,5 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.engine.close()
+        self.sending.close()
         self.metrics.close()

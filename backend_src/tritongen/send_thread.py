@@ -1,0 +1,36 @@
+"""One thread that does the generator's response IPC, so it overlaps the next decode step.
+
+Every `send` and `is_cancelled` of a python-backend response sender is a round trip to the server
+process. Done on the engine thread they sit between decode steps: two per token per stream, which with
+16 streams cost a fifth of each step. Here they run while the engine thread is inside onnxruntime.
+One FIFO queue keeps every request's responses in order, its FINAL one last.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+
+class SendThread:
+    def __init__(self, on_error: Callable[[BaseException], None]):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._on_error = on_error
+        self._thread = threading.Thread(target=self._run, name="tritongen-send", daemon=True)
+        self._thread.start()
+
+    def put(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Send what is queued, then stop."""
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except Exception as exc:  # noqa: BLE001 - one failed send must not stop the others
+                self._on_error(exc)
