@@ -33,3 +33,40 @@ PROMPTS = [
     "nothing happened, and the new guard nearly forgot about it. Then, on a quiet Tuesday in November, every "
     "clock in the east wing stopped at exactly three minutes past two, and she",
 ]
+
+VOLUMES = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
+           "eleventh", "twelfth"]
+SHELVES = ["oak", "pine", "cedar", "maple", "birch", "walnut", "cherry", "ash"]
+
+
+def long_prompts(tokenizer, count: int, length: int, skip: int = 0) -> list[tuple[str, list[int]]]:
+    """`count` distinct prompts of exactly `length` tokens for the concurrency runs.
+
+    Each is a different one-line title (so no two share even their first KV page: no prefix-cache hit
+    between them) followed by the six story openings above in a different order, cut at `length`
+    tokens. Only cuts whose text re-tokenizes to the same ids are kept (onnx-genai's server takes text).
+    `skip` leaves out the first candidates, so each run gets prompts no earlier run used.
+    """
+    import itertools
+
+    paragraphs = [WARMUP, *PROMPTS]
+    orders = list(itertools.permutations(range(len(paragraphs))))
+    out: list[tuple[str, list[int]]] = []
+    seen = 0
+    for k in range(len(orders)):
+        order = orders[(k * 97) % len(orders)]  # neighbours differ from the first paragraph on
+        title = f"From the {VOLUMES[k % len(VOLUMES)]} volume on the {SHELVES[(k // len(VOLUMES)) % len(SHELVES)]} " \
+                f"shelf, story {k + 1}.\n\n"
+        ids = tokenizer.encode(title + "\n\n".join(paragraphs[i] for i in order))
+        if len(ids) < length:
+            raise ValueError(f"prompts hold only {len(ids)} tokens, fewer than {length}")
+        ids = ids[:length]
+        text = tokenizer.decode(ids)
+        if tokenizer.encode(text) != ids:
+            continue
+        seen += 1
+        if seen > skip:
+            out.append((text, ids))
+        if len(out) == count:
+            return out
+    raise ValueError(f"could not make {count} prompts of {length} tokens")

@@ -1,6 +1,10 @@
 """`make bench`: the limit, tritongen (in-process and through Triton) and the peers on the same model.onnx,
 measured side by side in one run; then perf_analyzer and genai-perf against the same server.
 
+Part 2 (concurrency.py) runs first, right after the warm-up: 1, 4 and 16 concurrent streams, the
+GroupQueryAttention variant beside the concat model, and Poisson arrivals through Triton; the part-1 rounds
+then fill the time budget that is left (at least one).
+
 Every system is loaded once in its own process. After one warm-up generation each, the measured rounds
 ask them in turn (the order rotates every round), one generation at a time, so a change in machine load
 hits all of them alike. Figures are reported with their ratio to the raw onnxruntime loop of the same
@@ -27,6 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import clients  # noqa: E402
+import concurrency  # noqa: E402
 import peers  # noqa: E402
 import numpy as np  # noqa: E402
 import report  # noqa: E402
@@ -36,6 +41,7 @@ from worker import Worker  # noqa: E402
 # name -> (kind, batch, label in the table, short label in plots)
 SYSTEMS = {
     "raw": ("raw", 1, "raw onnxruntime loop (the limit)", "raw"),
+    "raw-gqa": ("raw-gqa", 1, "raw onnxruntime loop on target_gqa (GQA, one shared KV buffer per layer)", "raw-gqa"),
     "engine": ("engine", 1, "tritongen engine in-process, as served ({served})", "engine"),
     "triton": ("triton", 1, "tritongen via Triton, gRPC streaming ({served})", "triton"),
     "engine-concat": ("engine", 1, "tritongen engine in-process, concat model.onnx (default EngineConfig)", "engine-concat"),
@@ -105,6 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=HERE / "work")
     ap.add_argument("--budget-min", type=float, default=13.0,
                     help="wall-time budget: stop adding rounds / client runs that would overrun it (loudly)")
+    ap.add_argument("--no-concurrency", action="store_true", help="skip part 2 (concurrency, GQA, Poisson)")
+    ap.add_argument("--levels", default="1,4,16", help="concurrent streams per part-2 level")
+    ap.add_argument("--conc-length", type=int, default=448, help="part 2: prompt tokens (past ~length + n/2)")
+    ap.add_argument("--conc-new-tokens", type=int, default=96, help="part 2: new tokens per stream")
+    ap.add_argument("--poisson-requests", type=int, default=20, help="part 2: requests in the Poisson run (0: none)")
+    ap.add_argument("--poisson-fraction", type=float, default=0.9,
+                    help="Poisson rate as a fraction of the request rate Triton sustained with the most streams")
+    ap.add_argument("--onnx-genai-server", action="store_true",
+                    help="part 2 also drives `onnx-genai serve` (its batch driver prefills one token per step: "
+                         "a 16-stream burst takes minutes, so it is off by default)")
+    ap.add_argument("--part2-reserve-min", type=float, default=4.5,
+                    help="minutes of the budget kept for the part-1 rounds and the clients after part 2")
     args = ap.parse_args(argv)
     started = time.monotonic()
     n, rounds = args.new_tokens, min(args.rounds, len(PROMPTS))
@@ -131,12 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     served_file = args.model_repository / served / "1" / "model.onnx"
     versions = {"onnxruntime": version("onnxruntime"), "onnxruntime-genai": version("onnxruntime-genai"),
                 "onnx-genai": version("onnx-genai"), "tritonclient": version("tritonclient"),
+                "onnx-genai-server": version("onnx-genai-server"),
                 "genai-perf": "0.0.16"}
     log(f"{onnx_file} ({onnx_file.stat().st_size / 1e6:.0f} MB), {n} new tokens, {rounds} rounds, "
         f"prompts of {[len(ids) for _, ids in prompts]} tokens, {threads} threads")
 
     log("peer model folders ...")
-    folders = peers.prepare(target, onnx_file, args.work, threads)
+    gqa_target = args.model_repository / "target_gqa"
+    gqa_file = gqa_target / "1" / "model.onnx"
+    served_settings = generator_parameters(str(args.model_repository))
+    max_model_len = int(served_settings.get("max_model_len") or 2048)
+    folders = peers.prepare(target, onnx_file, args.work, threads,
+                            *((gqa_target, gqa_file, max_model_len) if gqa_file.is_file() else ()))
+    levels = tuple(int(x) for x in args.levels.split(",") if x)
+    part2 = not args.no_concurrency
 
     server = TritonServer(args.model_repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
                           log_file=args.work / "tritonserver.log")
@@ -144,19 +170,26 @@ def main(argv: list[str] | None = None) -> int:
     failures: dict[str, str] = {}
     records: dict[str, list[dict]] = {}
     pa, gp, cut, loads = None, [], [], []
+    section, token_notes = None, {}
     in_tokens = sorted(len(ids) for _, ids in prompts)[len(prompts) // 2]
     client_n = min(n, CLIENT_TOKENS)
     try:
         log("loading every system in its own process (and tritonserver) ...")
         options = {"raw": {"model_path": str(onnx_file), "batch": 1},
+                   "raw-gqa": {"model_path": str(gqa_file), "max_slots": max(levels + (1,)), "max_len": max_model_len},
                    "raw-b16": {"model_path": str(onnx_file), "batch": 16},
                    "engine": {"model_repository": str(args.model_repository)},
                    "engine-concat": {"model_repository": str(args.model_repository), "target": "target"},
                    "ort-genai": {"workdir": str(folders["ort-genai"])},
                    "onnx-genai": {"workdir": str(folders["onnx-genai"])}}
+        if part2 and "ort-genai-gqa" in folders:
+            options["ort-genai-gqa"] = {"workdir": str(folders["ort-genai-gqa"])}
+        if part2 and args.onnx_genai_server and "ort-genai-gqa" in folders:
+            options["onnx-genai-server"] = {"workdir": str(folders["ort-genai-gqa"])}
+        kinds = {"ort-genai-gqa": "ort-genai", "onnx-genai-server": "onnx-genai-server"}
         for name, opts in options.items():
             if name not in skip:
-                workers[name] = Worker(name, SYSTEMS[name][0], **opts)
+                workers[name] = Worker(name, kinds.get(name) or SYSTEMS[name][0], **opts)
         server_ok = False
         if "triton" not in skip or not args.no_clients:
             try:
@@ -188,11 +221,21 @@ def main(argv: list[str] | None = None) -> int:
         order = [name for name in order if name not in failures]
         records = {name: [] for name in order}
         budget = 60 * args.budget_min
+        if part2:
+            log(f"part 2: {', '.join(map(str, levels))} concurrent streams, prompts of {args.conc_length} tokens, "
+                f"{args.conc_new_tokens} new tokens each ...")
+            live = {k: w for k, w in workers.items() if k not in failures}
+            section = concurrency.run(live, tokenizer, args.conc_length, args.conc_new_tokens, levels,
+                                      args.poisson_requests, args.poisson_fraction,
+                                      deadline=started + budget - 60 * args.part2_reserve_min, pause_s=PAUSE_S)
+            log("part 2: token checks ...")
+            token_notes = concurrency.check_tokens(section, live.get("raw"))
         for r, (text, ids) in enumerate(prompts):
-            if r > 0 and not args.no_clients:
+            if r > 0:
                 round_s = (time.monotonic() - rounds_started) / r
                 raw_s = float(np.median([rec["times"][-1] for rec in records.get("raw", [])] or [round_s / 6]))
-                clients_s = 3 * ((args.client_requests + 1) * raw_s * client_n / n * 1.3 + raw_s * client_n / n + 30) + 15
+                clients_s = 0 if args.no_clients else \
+                    3 * ((args.client_requests + 1) * raw_s * client_n / n * 1.3 + raw_s * client_n / n + 30) + 15
                 if time.monotonic() - started + round_s + clients_s > budget:
                     cut.append(f"measured {r} of {rounds} rounds: another ({round_s:.0f}s) and the clients "
                                f"(~{clients_s:.0f}s) would overrun the {args.budget_min:g}-min budget")
@@ -217,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, w in workers.items():
             if name != "raw":  # the raw loop stays, as the reference next to the clients
                 w.stop()
+        if "onnx-genai-server" in workers:  # its server process logs how its driver batched
+            log(f"onnx-genai server log: {args.work / 'onnx-genai-server.log'}")
 
         if not args.no_clients and server_ok:
             raw_refs = [raw_reference(workers.get("raw"), prompts[0], REF_TOKENS)]
@@ -306,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"Measured {stamp} on {threads} cores ({cpu_model()}); load average at the start of each round "
               f"{', '.join(f'{x:.1f}' for x in loads)}{' (**contended**: other work was running)' if contended else ''}. "
               f"Model files: `{rel(onnx_file)}` (sha256 {sha256_prefix(onnx_file)}; fp32, concat "
-              f"past/present) for the raw loop, both peers and the concat engine row; the generator serves "
+              f"past/present) for the raw loop, both peers and the concat engine row; the generator and the raw "
+              f"GQA loop run "
               f"`{rel(served_file)}` (sha256 {sha256_prefix(served_file) if served_file.is_file() else '?'}; "
               f"the same weights in the GroupQueryAttention layout). Greedy, exactly {n} new tokens, prompts of "
               f"{min(lengths)}-{max(lengths)} tokens, 1 warm-up ({min(n, WARMUP_TOKENS)} tokens) + {measured} measured "
@@ -337,18 +383,71 @@ def main(argv: list[str] | None = None) -> int:
         if gp:
             md += report.client_table(gp)
             loud += [f"genai-perf {s['name']} FAILED (sent {s.get('sent')}):\n{s['error']}" for s in gp if "error" in s]
+    part1 = {r["key"]: r["figures"] for r in rows if r.get("figures") and r.get("key")}
+    conc_figs, poisson_fig, target_rows = {}, None, []
+    if section is not None:
+        conc_figs, raws = concurrency.summarize(section, token_notes)
+        lo, hi = section.length, section.length + section.n
+        md += ("\n## Concurrent streams, GQA beside concat (part 2)\n\n"
+               f"Same run, before the part-1 rounds. Every stream: a distinct prompt of exactly {section.length} tokens "
+               f"(no two share a KV page, so no prefix-cache hits), greedy, exactly {section.n} new tokens, so decode "
+               f"runs at a past of {lo}-{hi}. Each level has its own prompts, the same for every system; one run per "
+               "system and level, after a short warm-up at that level's batch size; at "
+               f"{' and '.join(str(x) for x in concurrency.REPEAT_LEVELS)} stream(s) the raw loops, the engine and "
+               "Triton run a second pass in reverse order on fresh prompts, and their rate is the mean of both "
+               "(`per pass`); `load` is the load average just before the (first) run (2 cores). **Decode tok/s, steady**: all tokens the streams received from the "
+               "moment the last stream got its first token until the first stream got its last, divided by that "
+               "window (prefills and the tail are outside it; for a static batch: batch x (n-1) / (last - first) "
+               "token). **End-to-end tok/s**: all new tokens over the time from issuing the requests to the last token "
+               "(prefills included). `x raw`: ratio to the raw loop of that layout at the same batch size in this run. The raw "
+               "loops prefill their one prompt once and repeat its KV into every row (their TTFT is not "
+               "comparable); everything else prefills every prompt. Triton: one client and gRPC stream per "
+               "request. onnxruntime-genai's one-Generator-per-request rows run each Generator in its own "
+               "thread, all started together"
+               f"{'' if concurrency.SHORT_TOKENS >= section.n else f' (from 4 streams on with {concurrency.SHORT_TOKENS} new tokens: 16 x {section.n} would take minutes)'}. Tokens: each row against the in-process engine's row for the "
+               "same prompt; a difference is classified by the raw concat loop's top-2 logit gap at the first "
+               "differing token (teacher-forced).\n\n")
+        md += concurrency.table(section, conc_figs, raws, token_notes, versions)
+        if section.poisson is not None:
+            md += "\n### Poisson arrivals through Triton\n\n"
+            if "error" in section.poisson:
+                md += f"**Not measured**: {section.poisson['error']}\n"
+                loud.append(f"Poisson run: {section.poisson['error']}")
+            else:
+                poisson_fig = concurrency.poisson_figures(section.poisson)
+                md += (f"Requests with exponential inter-arrival times (numpy seed {section.poisson['seed']}) at "
+                       f"{section.poisson['fraction']:g}x the request rate Triton sustained in this run with "
+                       f"{max(section.levels)} streams issued together (streams / time until the last finished); "
+                       f"prompts of {section.length} tokens (their own), {section.n} new tokens; load average "
+                       f"{section.poisson['load']:.1f} at the start.\n\n" + concurrency.poisson_table(poisson_fig))
+        target_rows = concurrency.targets(conc_figs, raws, part1, section.levels)
+        md += "\n### Throughput targets (issues 3 and 4), read from this run\n\n" + concurrency.targets_table(target_rows)
+        loud += [f"part 2 {k[0]} x{k[1]}: FAILED: {v}" for k, v in section.failures.items()]
+        loud += [f"part 2 {k[0]} x{k[1]}: tokens: {v}" for k, v in token_notes.items() if "differ" in v]
+        loud += [f"TIME BUDGET: {c}" for c in section.cut]
+        md += "".join(f"\n**Time budget**: {c}.\n" for c in section.cut)
     md += "".join(f"\n**Time budget**: {c}.\n" for c in cut)
     md += f"\n`make bench` wall time: {wall / 60:.1f} min.\n"
 
     images = report.plots(args.out, rows, timelines)
+    if section is not None and conc_figs:
+        images += concurrency.plots(args.out, section, conc_figs, poisson_fig)
     (args.out / "table.md").write_text(md)
+    part2_raw = None if section is None else {
+        "length": section.length, "new_tokens": section.n, "levels": section.levels,
+        "runs": {f"{k}@{lvl}": v for (k, lvl), v in section.runs.items()},
+        "repeats": {f"{k}@{lvl}": v for (k, lvl), v in section.repeats.items()},
+        "loads": {f"{k}@{lvl}": v for (k, lvl), v in section.loads.items()},
+        "failures": {f"{k}@{lvl}": v for (k, lvl), v in section.failures.items()}, "poisson": section.poisson}
     (args.out / "raw" / "records.json").write_text(json.dumps(
         {"records": records, "failures": failures, "perf_analyzer": pa, "genai_perf": gp, "versions": versions,
-         "prompt_lengths": lengths, "new_tokens": n}, indent=1))
+         "prompt_lengths": lengths, "new_tokens": n, "part2": part2_raw}, indent=1))
     summary = {k: v for k, v in ((r.get("key") or r["name"], r.get("figures")) for r in rows)}
     (args.out / "summary.json").write_text(json.dumps(
         {"measured": stamp, "figures": summary, "failures": failures, "genai_perf": [
             {k: s.get(k) for k in ("name", "time_to_first_token", "inter_token_latency", "raw", "error")} for s in gp],
+         "part2": {f"{k}@{lvl}": v for (k, lvl), v in conc_figs.items()}, "poisson": poisson_fig,
+         "targets": [{"issue": i, "target": w, "ratio": r, "threshold": t, "met": m} for i, w, r, t, m in target_rows],
          "wall_s": round(wall)}, indent=1) + "\n")
 
     print()

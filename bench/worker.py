@@ -26,7 +26,10 @@ def _serve(conn, kind: str, options: dict) -> None:
         if message[0] == "stop":
             break
         try:
-            conn.send(("ok", system.run(*message[1:])))
+            if message[0] == "call":  # ("call", method, args): run_streams, run_tiled, run_batch, margin_at
+                conn.send(("ok", getattr(system, message[1])(*message[2])))
+            else:
+                conn.send(("ok", system.run(*message[1:])))
         except BaseException:  # noqa: BLE001
             conn.send(("error", traceback.format_exc()))
     close = getattr(system, "close", None)
@@ -67,6 +70,17 @@ class Worker:
         if status != "ok":
             raise RuntimeError(f"{self.name} failed:\n{value}")
         return value
+
+    def call(self, method: str, *args, timeout: float = 900) -> dict:
+        self.conn.send(("call", method, args))
+        status, value = self._receive(timeout)
+        if status != "ok":
+            raise RuntimeError(f"{self.name} failed:\n{value}")
+        return value
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
 
     def stop(self) -> None:
         if self.process.is_alive():
