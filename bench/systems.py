@@ -264,6 +264,10 @@ class TritonGrpc:
         self.client.start_stream(callback=lambda result, error: self.events.put((now(), result, error)))
         self.count = 0
 
+    def _outputs(self):
+        """What the bench reads, no more (the generator builds only the outputs a client asks for)."""
+        return [self.grpcclient.InferRequestedOutput(name) for name in ("output_ids", "prefix_cache_hit_len")]
+
     def _tensor(self, name, value, dtype):
         value = np.asarray(value, dtype=dtype)
         t = self.grpcclient.InferInput(name, list(value.shape), {np.int64: "INT64", np.int32: "INT32",
@@ -277,7 +281,7 @@ class TritonGrpc:
         self.count += 1
         tokens, times, responses, prefix_hit = [], [], 0, None
         t0 = now()
-        self.client.async_stream_infer("generator", inputs, request_id=str(self.count))
+        self.client.async_stream_infer("generator", inputs, outputs=self._outputs(), request_id=str(self.count))
         while True:
             at, res, err = self.events.get(timeout=120)
             if err is not None:
@@ -335,7 +339,7 @@ class TritonGrpc:
                       self._tensor("ignore_eos", [True], np.bool_), self._tensor("stream", [True], np.bool_)]
             self.count += 1
             self.active[k]["issued"] = now() - t0
-            self.clients[k].async_stream_infer("generator", inputs, request_id=str(self.count))
+            self.clients[k].async_stream_infer("generator", inputs, outputs=self._outputs(), request_id=str(self.count))
         for st in self.active:
             if not st["done"].wait(900):
                 raise TimeoutError("a stream did not finish in 900 s")

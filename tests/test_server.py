@@ -35,12 +35,13 @@ def tensor(name, value):
     return t
 
 
-def stream(server, inputs, cancel_after=None, timeout=60):
+def stream(server, inputs, cancel_after=None, timeout=60, outputs=None):
     """Run one gRPC streaming request; return the list of (result, error) it produced."""
     events: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.url_grpc)
     client.start_stream(callback=lambda result, error: events.put((result, error)))
-    client.async_stream_infer("generator", inputs, request_id="r1")
+    client.async_stream_infer("generator", inputs, request_id="r1",
+                              outputs=[grpcclient.InferRequestedOutput(name) for name in outputs or []] or None)
     got = []
     while True:
         result, error = events.get(timeout=timeout)
@@ -79,6 +80,20 @@ def test_grpc_stream_of_chat_answer(server, target_folder):
     ids = np.concatenate([r.as_numpy("output_ids") for r in results])
     assert sum(int(r.as_numpy("num_output_tokens")[0]) for r in results) == len(ids)
     assert tok.decode(list(ids)) == text
+
+
+def test_only_requested_outputs_are_sent(server):
+    inputs = [tensor("text_input", np.array([b"The capital of France is"], dtype=object)),
+              tensor("max_tokens", np.array([6], dtype=np.int32)), tensor("stream", np.array([True]))]
+    everything = stream(server, inputs)
+    chosen = stream(server, inputs, outputs=["output_ids", "finish_reason"])
+    assert all(error is None for _, error in everything + chosen)
+    names = [{o.name for o in r.get_response().outputs} for r, _ in chosen]
+    assert names and all(n == {"output_ids", "finish_reason"} for n in names)
+    assert len({o.name for o in everything[-1][0].get_response().outputs}) > 5
+    ids = [np.concatenate([r.as_numpy("output_ids") for r, _ in got]).tolist() for got in (everything, chosen)]
+    assert ids[0] == ids[1] and len(ids[0]) == 6
+    assert chosen[-1][0].as_numpy("finish_reason")[0].decode() == "max_tokens"
 
 
 def test_http_generate_echoes_prompt_and_counts_tokens(server):

@@ -54,8 +54,9 @@ class _Stream:
     """One request's response side: buffers ids until they carry text."""
 
     def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics,
-                 sending: SendThread):
+                 sending: SendThread, wanted: set[str]):
         self.sender = sender
+        self.wanted = wanted  # output names the client requested
         self.sending = sending
         self.cancelled = False  # set by the send thread when Triton reports the client gone
         self.num_generated = 0
@@ -71,27 +72,28 @@ class _Stream:
         self.created_at = time.monotonic()
 
     def response(self, text: str, ids: list[int], finish: FinishReason | None, logprobs: list) -> "pb_utils.InferenceResponse":
-        tensors = [
-            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
-            pb_utils.Tensor("output_ids", np.array(ids, dtype=np.int64)),
-            pb_utils.Tensor("finish_reason", np.array([str(finish).encode() if finish else b""], dtype=np.object_)),
-            pb_utils.Tensor("num_input_tokens", np.array([len(self.prompt_ids)], dtype=np.uint32)),
-            pb_utils.Tensor("num_output_tokens", np.array([len(ids)], dtype=np.uint32)),
-        ]
+        """Only the outputs the client asked for (all of them when it named none): each tensor costs CPU in
+        the stub, the server and the client, for every token of every stream."""
+        values = {
+            "text_output": lambda: np.array([text.encode("utf-8")], dtype=np.object_),
+            "output_ids": lambda: np.array(ids, dtype=np.int64),
+            "finish_reason": lambda: np.array([str(finish).encode() if finish else b""], dtype=np.object_),
+            "num_input_tokens": lambda: np.array([len(self.prompt_ids)], dtype=np.uint32),
+            "num_output_tokens": lambda: np.array([len(ids)], dtype=np.uint32),
+        }
         if finish is not None:
-            tensors.append(pb_utils.Tensor("prefix_cache_hit_len", np.array([self.prefix_hit_len], dtype=np.uint32)))
-            tensors.append(pb_utils.Tensor("total_draft_tokens", np.array([self.drafted], dtype=np.int32)))
-            tensors.append(pb_utils.Tensor("total_accepted_draft_tokens", np.array([self.accepted], dtype=np.int32)))
+            values["prefix_cache_hit_len"] = lambda: np.array([self.prefix_hit_len], dtype=np.uint32)
+            values["total_draft_tokens"] = lambda: np.array([self.drafted], dtype=np.int32)
+            values["total_accepted_draft_tokens"] = lambda: np.array([self.accepted], dtype=np.int32)
         if self.parsed.request.options.top_logprobs is not None:
-            entries = [
-                json.dumps({"id": lp.token_id, "text": self.tokenizer.decode([lp.token_id]), "logprob": lp.logprob,
-                            "top": [{"id": i, "text": self.tokenizer.decode([i]), "logprob": p} for i, p in lp.top]})
-                for lp in logprobs
-            ]
-            tensors.append(pb_utils.Tensor("logprobs", np.array([e.encode() for e in entries], dtype=np.object_)))
-            tensors.append(pb_utils.Tensor("cumulative_logprob",
-                                           np.array([sum(lp.logprob for lp in logprobs)], dtype=np.float32)))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
+            values["logprobs"] = lambda: np.array([self._logprob_entry(lp).encode() for lp in logprobs], dtype=np.object_)
+            values["cumulative_logprob"] = lambda: np.array([sum(lp.logprob for lp in logprobs)], dtype=np.float32)
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor(name, make()) for name, make in values.items() if name in self.wanted])
+
+    def _logprob_entry(self, lp) -> str:
+        return json.dumps({"id": lp.token_id, "text": self.tokenizer.decode([lp.token_id]), "logprob": lp.logprob,
+                           "top": [{"id": i, "text": self.tokenizer.decode([i]), "logprob": p} for i, p in lp.top]})
 
     def on_token(self, token: GenerateToken) -> None:
         if self.cancelled:
@@ -156,6 +158,7 @@ class TritonPythonModel:
         target = repository / settings.target_model
         self.defaults = settings.defaults
         self.input_names = [i["name"] for i in self.model_config["input"]]
+        self.output_names = {o["name"] for o in self.model_config["output"]}
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
         self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"))
@@ -192,7 +195,8 @@ class TritonPythonModel:
                 prompt_ids = self.engine.tokenize_prompt(parsed.request)
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
-            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.sending)
+            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.sending,
+                             set(request.requested_output_names()) or self.output_names)
             with self._streams_lock:
                 self._streams.add(stream)
             try:
