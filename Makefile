@@ -36,7 +36,7 @@ soak: models
 	$(PY) bench/soak.py --duration 300 --clients 32
 
 lint: setup
-	$(PY) -m ruff check backend_src client tests
+	$(PY) -m ruff check backend_src client tests bench
 
 clean:
 	rm -rf $(VENV) model_repository/target model_repository/draft model_repository/target_gqa model_repository/draft_gqa model_repository/*_head

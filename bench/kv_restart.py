@@ -9,7 +9,6 @@ from disk) and a fresh prompt B of the same length (cold, the reference).
 
 from __future__ import annotations
 
-import json
 import queue
 import re
 import shutil

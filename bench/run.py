@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                                       deadline=started + budget - 60 * args.part2_reserve_min, pause_s=PAUSE_S)
             log("part 2: token checks ...")
             token_notes = concurrency.check_tokens(section, live.get("raw"))
+        rounds_started = time.monotonic()
         for r, (text, ids) in enumerate(prompts):
             if r > 0:
                 round_s = (time.monotonic() - rounds_started) / r
@@ -241,8 +242,6 @@ def main(argv: list[str] | None = None) -> int:
                                f"(~{clients_s:.0f}s) would overrun the {args.budget_min:g}-min budget")
                     log("TIME BUDGET: " + cut[-1])
                     break
-            if r == 0:
-                rounds_started = time.monotonic()
             turn = order[r % len(order):] + order[:r % len(order)] if order else []
             loads.append(os.getloadavg()[0])
             log(f"round {r + 1}/{rounds} (load average {loads[-1]:.1f}): {', '.join(turn)}")
@@ -343,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     loud += [f"TIME BUDGET: {c}" for c in cut]
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lengths = [len(ids) for _, ids in prompts[:max(measured, 1)]]
-    rel = (lambda p: p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)
+
+    def rel(p: Path) -> Path:
+        return p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
+
     contended = bool(loads) and max(loads) > threads + 1  # the bench itself keeps ~`threads` busy
     if contended:
         loud.append(f"measured under contention: load average {min(loads):.1f}-{max(loads):.1f} at the rounds' "

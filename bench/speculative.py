@@ -51,7 +51,7 @@ def main() -> int:
     try:
         prompts = [engine.tokenizer.render_chat([{"role": "user", "content": t}]) for t in TASKS]
         engine.generate(GenerateRequest(prompts[0], GenerateOptions(max_new_tokens=4)))  # warm-up
-        rows, plain_ids, plain_rate = [], [], []
+        plain_ids, plain_rate = [], []
         for p in prompts:
             r = engine.generate(GenerateRequest(p, GenerateOptions(max_new_tokens=NEW_TOKENS)))
             plain_ids.append(r.token_ids)
@@ -59,7 +59,7 @@ def main() -> int:
         base = statistics.mean(plain_rate)
         print("| mode | K | identical to greedy | acceptance rate | mean accepted / verify | decode tok/s vs greedy |")
         print("|---|---|---|---|---|---|")
-        print(f"| greedy (no speculation) | - | - | - | - | 1.00x |")
+        print("| greedy (no speculation) | - | - | - | - | 1.00x |")
         for mode in MODES:
             kk = k if mode.kind == "prompt_lookup" else 4
             drafted = accepted = verifies = 0

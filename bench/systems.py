@@ -56,6 +56,15 @@ class RawLoop:
         # Only what a greedy loop needs; the hidden-state outputs are computed on the way to the logits anyway.
         self.outputs = ["logits"] + [f"present.{i}.{kv}" for i in range(self.layers) for kv in ("key", "value")]
 
+    def _forward(self, input_ids, position_ids, past: list, total_len: int) -> list:
+        """One call with plain numpy feeds: the new tokens on top of `past` (2 per layer), `total_len` in all."""
+        feeds = {"input_ids": input_ids, "attention_mask": np.ones((len(input_ids), total_len), dtype=np.int64),
+                 "position_ids": position_ids}
+        for i in range(self.layers):
+            feeds[f"past_key_values.{i}.key"] = past[2 * i]
+            feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
+        return self.session.run(self.outputs, feeds)
+
     def run(self, text: str, ids: list[int], n: int) -> dict:
         b, p = self.batch, len(ids)
         t0 = now()
@@ -65,12 +74,7 @@ class RawLoop:
         position_ids = np.tile(np.arange(p, dtype=np.int64), (b, 1))
         rows, times, last = [], [], []
         for step in range(n):
-            feeds = {"input_ids": input_ids, "attention_mask": np.ones((b, p + step), dtype=np.int64),
-                     "position_ids": position_ids}
-            for i in range(self.layers):
-                feeds[f"past_key_values.{i}.key"] = past[2 * i]
-                feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
-            out = self.session.run(self.outputs, feeds)
+            out = self._forward(input_ids, position_ids, past, p + step)
             chosen = out[0][:, -1].argmax(-1)
             past = out[1:]
             rows.append(chosen)
@@ -88,22 +92,14 @@ class RawLoop:
         b, p = batch, len(ids)
         t0 = now()
         empty = np.zeros((1, self.kv_heads, 0, self.head_dim), dtype=np.float32)
-        feeds = {"input_ids": np.asarray([ids], dtype=np.int64), "attention_mask": np.ones((1, p), dtype=np.int64),
-                 "position_ids": np.arange(p, dtype=np.int64)[None]}
-        for i in range(self.layers):
-            feeds[f"past_key_values.{i}.key"] = feeds[f"past_key_values.{i}.value"] = empty
-        out = self.session.run(self.outputs, feeds)
+        out = self._forward(np.asarray([ids], dtype=np.int64), np.arange(p, dtype=np.int64)[None],
+                            [empty] * (2 * self.layers), p)
         past = [np.repeat(x, b, axis=0) for x in out[1:]]
         chosen = np.repeat(out[0][:, -1].argmax(-1), b)
         rows, times, last = [chosen], [now() - t0], [out[0][0, -1]]
         for step in range(1, n):
-            feeds = {"input_ids": chosen[:, None].astype(np.int64),
-                     "attention_mask": np.ones((b, p + step), dtype=np.int64),
-                     "position_ids": np.full((b, 1), p + step - 1, dtype=np.int64)}
-            for i in range(self.layers):
-                feeds[f"past_key_values.{i}.key"] = past[2 * i]
-                feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
-            out = self.session.run(self.outputs, feeds)
+            out = self._forward(chosen[:, None].astype(np.int64), np.full((b, 1), p + step - 1, dtype=np.int64),
+                                past, p + step)
             chosen = out[0][:, -1].argmax(-1)
             past = out[1:]
             rows.append(chosen)

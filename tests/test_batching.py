@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 
-import numpy as np
 import pytest
 
 from tritongen.engine import Engine

@@ -1,5 +1,4 @@
 """StopChecker: finish reasons, stop strings across token boundaries, held-back text."""
-import pytest
 
 from tritongen.options import FinishReason, GenerateOptions
 from tritongen.stopping import StopChecker

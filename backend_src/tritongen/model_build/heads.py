@@ -29,7 +29,7 @@ class _Head:
         self.spec = replace(spec, num_layers=1)
         self.g = Graph()
         self.rng = np.random.default_rng(seed)
-        g, h = self.g, spec.hidden_size
+        g = self.g
         g.const("c_two", np.float32(2.0))
         g.const("c_eps", np.float32(spec.rms_eps))
         g.const("c_axis_last", np.array([-1], np.int64))

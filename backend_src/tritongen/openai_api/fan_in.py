@@ -33,7 +33,7 @@ async def fan_in(streams: list[AsyncIterator[Piece]]) -> AsyncIterator[tuple[int
                 async for piece in s:
                     await queue.put((index, piece))
             await queue.put((index, _DONE))
-        except Exception as exc:  # handed to the consumer, which re-raises it
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
             await queue.put((index, exc))
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
