@@ -22,11 +22,12 @@ class GeneratorSettings:
     target_model: str
     engine: EngineConfig
     defaults: dict
+    stream_interval: int = 1  # a streaming response holds at least this many new tokens (the last one fewer)
 
 
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
              "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
-             "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes")
+             "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval")
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
                                             "speculative_mode", "mtp_kv_mode", "kv_cache_dtype", "kv_connector",
@@ -47,6 +48,9 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
                 ints[key] = int(params[key])
             except ValueError:
                 raise ValueError(f"generator parameter {key} must be an integer, got {params[key]!r}") from None
+    stream_interval = ints.get("stream_interval", 1)
+    if stream_interval < 1:
+        raise ValueError(f"generator parameter stream_interval must be at least 1, got {stream_interval}")
     defaults = EngineConfig()
     engine = EngineConfig(
         num_gpu_pages=ints.get("num_gpu_pages", defaults.num_gpu_pages),
@@ -83,6 +87,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         target_model=params.get("target_model", "").strip() or "target_gqa",
         engine=engine,
         defaults={"max_tokens": ints.get("default_max_tokens", GenerateOptions.max_new_tokens)},
+        stream_interval=stream_interval,
     )
 
 

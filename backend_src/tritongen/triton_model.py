@@ -54,8 +54,9 @@ class _Stream:
     """One request's response side: buffers ids until they carry text."""
 
     def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics,
-                 sending: SendThread, wanted: set[str]):
+                 sending: SendThread, wanted: set[str], interval: int):
         self.sender = sender
+        self.interval = interval  # new tokens per streamed response (stream_interval)
         self.wanted = wanted  # output names the client requested
         self.sending = sending
         self.cancelled = False  # set by the send thread when Triton reports the client gone
@@ -106,7 +107,8 @@ class _Stream:
         self.text += token.text
         if token.logprob is not None:
             self.logprobs.append(token.logprob)
-        if token.text and token.finish_reason is None:  # the last piece goes out with the result, in on_done
+        # The last piece goes out with the result, in on_done.
+        if token.text and token.finish_reason is None and len(self.ids) >= self.interval:
             self.sending.put(partial(self._send_piece, self.text, self.ids, self.logprobs))
             self.ids, self.logprobs, self.text = [], [], ""
 
@@ -157,6 +159,7 @@ class TritonPythonModel:
         settings = parse_settings(_parameters(self.model_config), repository)
         target = repository / settings.target_model
         self.defaults = settings.defaults
+        self.stream_interval = settings.stream_interval
         self.input_names = [i["name"] for i in self.model_config["input"]]
         self.output_names = {o["name"] for o in self.model_config["output"]}
         self.logger = pb_utils.Logger
@@ -196,7 +199,7 @@ class TritonPythonModel:
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.sending,
-                             set(request.requested_output_names()) or self.output_names)
+                             set(request.requested_output_names()) or self.output_names, self.stream_interval)
             with self._streams_lock:
                 self._streams.add(stream)
             try:

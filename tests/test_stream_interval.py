@@ -1,0 +1,66 @@
+"""stream_interval: streamed responses carry groups of tokens, the same tokens in the same order."""
+
+from __future__ import annotations
+
+import queue
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import np_to_triton_dtype
+
+from tritongen.generator_settings import parse_settings
+from test_bad_input import NO_HEADS, small_repository, start_server, stop_server
+
+pytestmark = pytest.mark.server
+NEW_TOKENS = 23  # not a multiple of the interval: the last response holds the remainder
+
+
+def tensor(name, value):
+    value = np.asarray(value)
+    t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
+    t.set_data_from_numpy(value)
+    return t
+
+
+def streamed_ids(server) -> list[list[int]]:
+    """output_ids of every response of one greedy streaming request, ignoring EOS."""
+    events: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.url_grpc)
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    inputs = [tensor("text_input", np.array([b"Once upon a time"], dtype=object)),
+              tensor("max_tokens", np.array([NEW_TOKENS], dtype=np.int32)),
+              tensor("ignore_eos", np.array([True])), tensor("stream", np.array([True]))]
+    client.async_stream_infer("generator", inputs, outputs=[grpcclient.InferRequestedOutput("output_ids")])
+    pieces = []
+    try:
+        while True:
+            result, error = events.get(timeout=60)
+            assert error is None, error
+            pieces.append(result.as_numpy("output_ids").tolist())
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return pieces
+    finally:
+        client.stop_stream()
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_stream_interval_must_be_a_positive_integer(tmp_path, value):
+    with pytest.raises(ValueError, match="stream_interval"):
+        parse_settings({"stream_interval": value}, tmp_path)
+
+
+def test_responses_hold_interval_tokens_and_the_same_output(target_folder, tmp_path):
+    outputs = {}
+    for interval in (1, 4):
+        repository = small_repository(tmp_path / f"repo{interval}", stream_interval=str(interval), **NO_HEADS)
+        server = start_server(repository, tmp_path / f"server{interval}.log")
+        try:
+            outputs[interval] = streamed_ids(server)
+        finally:
+            stop_server(server)
+    one, four = outputs[1], outputs[4]
+    assert sum(one, []) == sum(four, []) and len(sum(four, [])) == NEW_TOKENS
+    assert len(one) >= NEW_TOKENS - 2  # about a token per response (a piece without text waits for the next)
+    assert all(len(piece) >= 4 for piece in four[:-1]) and len(four[-1]) <= 4
+    assert len(four) <= NEW_TOKENS // 4 + 1
