@@ -23,7 +23,6 @@ import re
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,7 @@ from tritonclient.utils import np_to_triton_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "backend_src"))
-from tritongen.serve import TritonServer  # noqa: E402
+from tritongen.serve import TritonServer, scrape_metrics  # noqa: E402
 
 PROMPTS = [
     "Tell me a short story about a lighthouse keeper.",
@@ -180,22 +179,10 @@ def shm_mib(pids: list[int]) -> float:
     return sum(os.path.getsize(f) for f in files if os.path.exists(f)) / 2**20
 
 
-def metrics(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    values: dict[str, float] = {}
-    for line in lines:
-        if line.startswith("tritongen:"):
-            name_labels, value = line.rsplit(" ", 1)
-            name = name_labels.split("{")[0]
-            values[name] = values.get(name, 0.0) + float(value)
-    return values
-
-
 def idle_metrics(url: str, timeout: float = 120) -> dict[str, float]:
     deadline = time.monotonic() + timeout
     while True:
-        m = metrics(url)
+        m = scrape_metrics(url)
         if m.get("tritongen:num_requests_running", 1) == 0 and m.get("tritongen:num_requests_waiting", 1) == 0:
             return m
         if time.monotonic() > deadline:

@@ -75,16 +75,3 @@ def tiny(tiny_folder):
     engine.close()
 
 
-def scrape_metrics(url: str) -> dict[str, float]:
-    """The tritongen: families of a Prometheus page, each summed over its labels."""
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    values: dict[str, float] = {}
-    for line in lines:
-        if line.startswith("tritongen:"):
-            name_labels, value = line.rsplit(" ", 1)
-            name = name_labels.split("{")[0]
-            values[name] = values.get(name, 0.0) + float(value)
-    return values

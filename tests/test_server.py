@@ -13,8 +13,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
-from conftest import REPOSITORY, scrape_metrics
-from tritongen.serve import TritonServer
+from conftest import REPOSITORY
+from tritongen.serve import TritonServer, scrape_metrics
 from tritongen.tokenizer import TextTokenizer
 
 pytestmark = pytest.mark.server

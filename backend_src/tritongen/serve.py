@@ -109,6 +109,19 @@ def _die_with_parent() -> None:
         pass
 
 
+def scrape_metrics(url: str) -> dict[str, float]:
+    """The tritongen: families of the generator's Prometheus page, each summed over its labels."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    values: dict[str, float] = {}
+    for line in lines:
+        if line.startswith("tritongen:"):
+            name_labels, value = line.rsplit(" ", 1)
+            name = name_labels.split("{")[0]
+            values[name] = values.get(name, 0.0) + float(value)
+    return values
+
+
 class TritonServer:
     """One tritonserver process on a model repository, loading only ``models``.
 

@@ -1,14 +1,16 @@
 """Prometheus metrics through pb_utils.MetricFamily, named like the vLLM backend's under `tritongen:`.
 
-Each metric update is a call into the Triton backend, so updates run on
-their own thread, fed by a queue, never on the engine thread.
+Each metric update is a call into the Triton backend, so updates run on the
+generator's send thread, never on the engine thread; sharing its FIFO with the
+responses means a client that has its final response already finds the request
+counted and the gauges that followed its end.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
+from functools import partial
+from typing import Callable
 
 import triton_python_backend_utils as pb_utils
 
@@ -21,7 +23,8 @@ _TOKEN_BUCKETS = [0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
 
 
 class GeneratorMetrics:
-    def __init__(self, labels: dict[str, str]):
+    def __init__(self, labels: dict[str, str], run: Callable[[Callable[[], None]], None]):
+        """`run` queues a metric update on the thread that talks to the server (SendThread.put)."""
         def family(name, description, kind):
             return pb_utils.MetricFamily(name=name, description=description, kind=kind)
 
@@ -68,50 +71,39 @@ class GeneratorMetrics:
         self._totals_seen = dict.fromkeys(self.totals, 0.0)
         self._labels = labels
         self._success: dict[str, object] = {}
-        self._queue: queue.Queue = queue.Queue()
+        self._run = run
         self._last_gauges = 0.0
-        self._thread = threading.Thread(target=self._drain, name="tritongen-metrics", daemon=True)
-        self._thread.start()
 
     def request_finished(self, result: GenerateResult) -> None:
-        self._queue.put(("result", result))
+        self._run(partial(self._observe, result))
 
-    def engine_stepped(self, engine) -> None:
-        """Called on the engine thread after each step: snapshot the gauges a few times a second."""
+    def engine_stepped(self, engine, force: bool = False) -> None:
+        """Called on the engine thread after each step (and, forced, as each request ends): snapshot the
+        gauges a few times a second; the step that leaves the engine idle always reports."""
         now = time.monotonic()
-        if now - self._last_gauges < 0.2 and engine.scheduler.has_work():
-            return  # throttled while busy; the step that leaves the engine idle always reports
+        if not force and now - self._last_gauges < 0.2 and engine.scheduler.has_work():
+            return
         self._last_gauges = now
         sched = engine.scheduler
-        self._queue.put(("gauges", ({
+        gauges = {
             "running": len(sched.running),
             "waiting": sum(1 for s in sched.waiting if s.num_preemptions == 0),
             "swapped": sum(1 for s in sched.waiting if s.num_preemptions > 0),
             "pages_used": engine.pool.num_used(),
             "pages_free": engine.pool.num_available(),
-        }, {
-            "masks": engine.masks.seconds, "drafted": engine.stats.drafted_tokens,
-            "accepted": engine.stats.accepted_tokens, "verify": engine.stats.verify_calls,
-            **engine.kv.connector_stats,
-        })))
+        }
+        totals = {"masks": engine.masks.seconds, "drafted": engine.stats.drafted_tokens,
+                  "accepted": engine.stats.accepted_tokens, "verify": engine.stats.verify_calls,
+                  **engine.kv.connector_stats}
+        self._run(partial(self._publish, gauges, totals))
 
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=5)
-
-    def _drain(self) -> None:
-        while (item := self._queue.get()) is not None:
-            kind, value = item
-            if kind == "gauges":
-                gauges, totals = value
-                for name, number in gauges.items():
-                    self.gauges[name].set(number)
-                for name, total in totals.items():
-                    if total > self._totals_seen[name]:
-                        self.totals[name].increment(total - self._totals_seen[name])
-                        self._totals_seen[name] = total
-                continue
-            self._observe(value)
+    def _publish(self, gauges: dict, totals: dict) -> None:
+        for name, number in gauges.items():
+            self.gauges[name].set(number)
+        for name, total in totals.items():
+            if total > self._totals_seen[name]:
+                self.totals[name].increment(total - self._totals_seen[name])
+                self._totals_seen[name] = total
 
     def _observe(self, result: GenerateResult) -> None:
         reason = result.finish_reason.kind

@@ -165,7 +165,7 @@ class TritonPythonModel:
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
         self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"))
-        self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]})
+        self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]}, self.sending.put)
         self._streams: set[_Stream] = set()  # submitted, not finished
         self._streams_lock = threading.Lock()
         self._last_sweep = 0.0
@@ -222,6 +222,7 @@ class TritonPythonModel:
     def _done(self, stream: _Stream, result: GenerateResult | None, error: BaseException | None) -> None:
         with self._streams_lock:
             self._streams.discard(stream)
+        self.metrics.engine_stepped(self.engine, force=True)  # published before the final response goes out
         stream.on_done(result, error)
 
     def _on_step(self, engine: Engine) -> None:
@@ -257,4 +258,3 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.engine.close()
         self.sending.close()
-        self.metrics.close()
