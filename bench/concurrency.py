@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from report import NEAR_TIE
+from report import NEAR_TIE, save_figure
 
 # What runs, in order within a level. kind: how the worker is driven. model: the ONNX layout it runs.
 #   tiled   -> run_tiled(text, ids, n, batch): one prompt, prefilled once, KV repeated into every row
@@ -443,11 +443,7 @@ def plots(out: Path, section: Section, figs: dict, pf: dict | None) -> list[Path
     ax.set_title(f"decode throughput vs concurrency (prompts {section.length} tokens, {section.n} new)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "concurrency.png"
-    fig.savefig(path)
-    plt.close(fig)
-    written.append(path)
+    written.append(save_figure(fig, out / "concurrency.png"))
     if pf:
         fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8), dpi=80)
         qs = (50, 90, 99)
@@ -457,9 +453,5 @@ def plots(out: Path, section: Section, figs: dict, pf: dict | None) -> list[Path
         right.set_title("inter-token latency, ms")
         fig.suptitle(f"Triton, Poisson arrivals: {pf['requests']} requests at {pf['rate']:.2f}/s "
                      f"({pf['rate'] / pf['saturated']:.2f}x sustained)")
-        fig.tight_layout()
-        path = out / "poisson.png"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out / "poisson.png"))
     return written

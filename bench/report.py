@@ -99,6 +99,16 @@ def _sent(summary: dict) -> str:
     return ", ".join(f"`{k}`" for k in sent if k not in ("model",))
 
 
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write and release a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plots(out: Path, rows: list[dict], timelines: dict[str, list[float]]) -> list[Path]:
     import matplotlib
 
@@ -126,11 +136,7 @@ def plots(out: Path, rows: list[dict], timelines: dict[str, list[float]]) -> lis
         right.axhline(1.0, color="black", lw=0.8)
         right.set_xticks(xs, labels, fontsize=8)
         right.set_title("decode tokens/s / raw loop's (higher is better)")
-        fig.tight_layout()
-        path = out / "ratios.png"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out / "ratios.png"))
     if timelines:
         groups = [[k for k in timelines if not k.endswith("b16")], [k for k in timelines if k.endswith("b16")]]
         groups = [g for g in groups if g]
@@ -144,11 +150,7 @@ def plots(out: Path, rows: list[dict], timelines: dict[str, list[float]]) -> lis
             ax.legend(fontsize=8, ncol=3)
         axes[0, 0].set_title("inter-token latency along the generation (median over rounds)")
         axes[-1, 0].set_xlabel("generated token")
-        fig.tight_layout()
-        path = out / "itl_timeline.png"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out / "itl_timeline.png"))
     return written
 
 
