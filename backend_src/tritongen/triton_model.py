@@ -27,8 +27,11 @@ from .send_thread import SendThread
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # A request that has produced no token after this long (queued, or prefilling) is asked whether its
-# client is still there; the others are asked at every token.
+# client is still there; the others are asked as they produce responses (_CANCEL_CHECK_EVERY).
 _CANCEL_SWEEP_SECONDS = 0.25
+# A running request asks at its first response and then every this many (unstreamed: tokens): each
+# question is an IPC round trip, as costly as the send itself.
+_CANCEL_CHECK_EVERY = 4
 
 
 class ClientCancelled(Exception):
@@ -60,6 +63,7 @@ class _Stream:
         self.wanted = wanted  # output names the client requested
         self.sending = sending
         self.cancelled = False  # set by the send thread when Triton reports the client gone
+        self.pieces_sent = 0
         self.num_generated = 0
         self.prefix_hit_len = self.drafted = self.accepted = 0
         self.text = ""  # streamed text not sent yet
@@ -101,7 +105,8 @@ class _Stream:
             raise ClientCancelled()
         self.num_generated += 1
         if not self.parsed.mode.stream:
-            self.sending.put(self.check_cancelled)
+            if self.num_generated % _CANCEL_CHECK_EVERY == 1:
+                self.sending.put(self.check_cancelled)
             return
         self.ids.append(token.token_id)
         self.text += token.text
@@ -121,8 +126,10 @@ class _Stream:
         return self.cancelled
 
     def _send_piece(self, text: str, ids: list[int], logprobs: list) -> None:
-        if not self.check_cancelled():
-            self.sender.send(self.response(text, ids, None, logprobs))
+        if self.cancelled or (self.pieces_sent % _CANCEL_CHECK_EVERY == 0 and self.check_cancelled()):
+            return
+        self.sender.send(self.response(text, ids, None, logprobs))
+        self.pieces_sent += 1
 
     def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
         if result is not None:
