@@ -199,6 +199,14 @@ def test_response_modes(stream, exclude):
     assert (mode.stream, mode.exclude_input_in_output) == (stream, exclude)
 
 
+def test_stream_interval_per_request():
+    assert parse().mode.stream_interval is None  # the generator's setting applies
+    assert parse({"stream_interval": np.array([4], np.int32)}).mode.stream_interval == 4
+    assert parse(parameters={"stream_interval": "3"}).mode.stream_interval == 3
+    assert "stream_interval must be at least 1, got 0" in error(parameters={"stream_interval": 0})
+    assert "stream_interval" in error(parameters={"stream_interval": "often"})
+
+
 def test_scalar_tensor_with_two_values_is_rejected():
     assert "max_tokens" in error({"max_tokens": np.array([1, 2], np.int32)})
 

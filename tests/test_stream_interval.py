@@ -23,7 +23,7 @@ def tensor(name, value):
     return t
 
 
-def streamed_ids(server) -> list[list[int]]:
+def streamed_ids(server, parameters=None) -> list[list[int]]:
     """output_ids of every response of one greedy streaming request, ignoring EOS."""
     events: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(server.url_grpc)
@@ -31,12 +31,14 @@ def streamed_ids(server) -> list[list[int]]:
     inputs = [tensor("text_input", np.array([b"Once upon a time"], dtype=object)),
               tensor("max_tokens", np.array([NEW_TOKENS], dtype=np.int32)),
               tensor("ignore_eos", np.array([True])), tensor("stream", np.array([True]))]
-    client.async_stream_infer("generator", inputs, outputs=[grpcclient.InferRequestedOutput("output_ids")])
+    client.async_stream_infer("generator", inputs, outputs=[grpcclient.InferRequestedOutput("output_ids")],
+                              parameters=parameters)
     pieces = []
     try:
         while True:
             result, error = events.get(timeout=60)
-            assert error is None, error
+            if error is not None:
+                raise RuntimeError(error.message())
             pieces.append(result.as_numpy("output_ids").tolist())
             if result.get_response().parameters["triton_final_response"].bool_param:
                 return pieces
@@ -50,6 +52,11 @@ def test_stream_interval_must_be_a_positive_integer(tmp_path, value):
         parse_settings({"stream_interval": value}, tmp_path)
 
 
+def assert_grouped(pieces, interval):
+    assert all(len(piece) >= interval for piece in pieces[:-1]) and len(pieces[-1]) <= interval
+    assert len(pieces) <= NEW_TOKENS // interval + 1
+
+
 def test_responses_hold_interval_tokens_and_the_same_output(target_folder, tmp_path):
     outputs = {}
     for interval in (1, 4):
@@ -57,10 +64,15 @@ def test_responses_hold_interval_tokens_and_the_same_output(target_folder, tmp_p
         server = start_server(repository, tmp_path / f"server{interval}.log")
         try:
             outputs[interval] = streamed_ids(server)
+            if interval == 1:  # a request's own stream_interval overrides the generator's
+                outputs["request 3"] = streamed_ids(server, {"stream_interval": 3})
+                with pytest.raises(RuntimeError, match="stream_interval must be at least 1, got 0"):
+                    streamed_ids(server, {"stream_interval": 0})
+                assert streamed_ids(server) == outputs[1]  # the server goes on serving
         finally:
             stop_server(server)
-    one, four = outputs[1], outputs[4]
-    assert sum(one, []) == sum(four, []) and len(sum(four, [])) == NEW_TOKENS
+    one, four, three = outputs[1], outputs[4], outputs["request 3"]
+    assert sum(one, []) == sum(four, []) == sum(three, []) and len(sum(four, [])) == NEW_TOKENS
     assert len(one) >= NEW_TOKENS - 2  # about a token per response (a piece without text waits for the next)
-    assert all(len(piece) >= 4 for piece in four[:-1]) and len(four[-1]) <= 4
-    assert len(four) <= NEW_TOKENS // 4 + 1
+    assert_grouped(four, 4)
+    assert_grouped(three, 3)

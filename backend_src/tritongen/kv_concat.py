@@ -119,8 +119,12 @@ class ConcatSlotDecoder:
 
     def read(self, slot: int, start: int, end: int) -> np.ndarray:
         base = self.width - self.lengths[slot]
-        return np.stack([np.stack([k[slot, :, base + start:base + end], v[slot, :, base + start:base + end]])
-                         for k, v in self.past])
+        s = self.shape
+        out = np.empty((s.num_layers, 2, s.num_kv_heads, end - start, s.head_dim), np.float32)
+        for layer, (k, v) in enumerate(self.past):
+            out[layer, 0] = k[slot, :, base + start:base + end]
+            out[layer, 1] = v[slot, :, base + start:base + end]
+        return out
 
     def write(self, slot: int, start: int, kv: np.ndarray) -> None:
         """Used at admission: the row holds exactly positions [0, start) before this write."""

@@ -26,7 +26,7 @@ _SCALARS = {
     "top_k": _INT, "min_p": _FLOAT, "repetition_penalty": _FLOAT, "frequency_penalty": _FLOAT,
     "presence_penalty": _FLOAT, "seed": _INT, "random_seed": _INT, "end_id": _INT, "ignore_eos": _BOOL,
     "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
-    "logprobs": _INT, "end_session": _BOOL, "num_draft_tokens": _INT,
+    "logprobs": _INT, "end_session": _BOOL, "num_draft_tokens": _INT, "stream_interval": _INT,
 }
 _STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide", "speculative"}
 # vLLM's guided_decoding keys -> our constraint kinds.
@@ -47,6 +47,7 @@ class RequestError(ValueError):
 class ResponseMode:
     stream: bool
     exclude_input_in_output: bool
+    stream_interval: int | None = None  # new tokens per streamed response; None: the generator's setting
 
 
 @dataclass
@@ -264,9 +265,13 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
         options.validate()
     except ValueError as exc:
         raise RequestError(str(exc)) from None
+    stream_interval = get("stream_interval", _INT)
+    if stream_interval is not None and stream_interval < 1:
+        raise RequestError(f"stream_interval must be at least 1, got {stream_interval}")
     mode = ResponseMode(
         stream=bool(get("stream", _BOOL)),
         exclude_input_in_output=bool(get("exclude_input_in_output", _BOOL)),
+        stream_interval=stream_interval,
     )
     priority_name = _string_option("priority", tensors, parameters)
     priority = Priority.NORMAL

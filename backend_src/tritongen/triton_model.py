@@ -66,7 +66,14 @@ class _Stream:
         self.pieces_sent = 0
         self.num_generated = 0
         self.prefix_hit_len = self.drafted = self.accepted = 0
-        self.text = ""  # streamed text not sent yet
+        # Tokens produced and not sent yet. The engine thread appends; a queued piece takes what is
+        # there when the send thread reaches it, so a send thread that falls behind sends fewer,
+        # larger responses instead of delaying the model.
+        self.pending = threading.Lock()
+        self.text = ""  # text of the unsent ids
+        self.ready = 0  # unsent ids whose text is complete (the others wait for the rest of a character)
+        self.piece_queued = False
+        self.finished = False  # on_done ran: what is left goes out with the final response
         self.metrics = metrics
         self.parsed = parsed
         self.prompt_ids = prompt_ids
@@ -108,14 +115,25 @@ class _Stream:
             if self.num_generated % _CANCEL_CHECK_EVERY == 1:
                 self.sending.put(self.check_cancelled)
             return
-        self.ids.append(token.token_id)
-        self.text += token.text
-        if token.logprob is not None:
-            self.logprobs.append(token.logprob)
-        # The last piece goes out with the result, in on_done.
-        if token.text and token.finish_reason is None and len(self.ids) >= self.interval:
-            self.sending.put(partial(self._send_piece, self.text, self.ids, self.logprobs))
-            self.ids, self.logprobs, self.text = [], [], ""
+        with self.pending:
+            self.ids.append(token.token_id)
+            self.text += token.text
+            if token.logprob is not None:
+                self.logprobs.append(token.logprob)
+            if token.text:
+                self.ready = len(self.ids)
+            # The last piece goes out with the result, in on_done.
+            start = token.finish_reason is None and self.ready >= self.interval and not self.piece_queued
+            self.piece_queued |= start
+        if start:
+            self.sending.put(self._send_piece)
+
+    def _take(self, count: int) -> tuple[str, list[int], list]:
+        """The first `count` unsent ids (with their text and logprobs); the caller holds `pending`."""
+        taken = self.text, self.ids[:count], self.logprobs[:count]
+        self.text, self.ids, self.logprobs = "", self.ids[count:], self.logprobs[count:]
+        self.ready = 0
+        return taken
 
     def check_cancelled(self) -> bool:
         """Send thread: whether the client left; if so the engine thread fails the request at its next token."""
@@ -125,7 +143,13 @@ class _Stream:
                 self.handle.cancel()
         return self.cancelled
 
-    def _send_piece(self, text: str, ids: list[int], logprobs: list) -> None:
+    def _send_piece(self) -> None:
+        """Send thread: every complete token produced since the last response."""
+        with self.pending:
+            self.piece_queued = False
+            if self.finished:
+                return
+            text, ids, logprobs = self._take(self.ready)
         if self.cancelled or (self.pieces_sent % _CANCEL_CHECK_EVERY == 0 and self.check_cancelled()):
             return
         self.sender.send(self.response(text, ids, None, logprobs))
@@ -136,10 +160,13 @@ class _Stream:
             self.prefix_hit_len = result.prefix_cache_hit_len
             self.drafted, self.accepted = result.total_draft_tokens, result.total_accepted_draft_tokens
             self.metrics.request_finished(result)
-        self.sending.put(partial(self._send_final, result, error, self.text, self.ids, self.logprobs))
+        with self.pending:
+            self.finished = True
+        self.sending.put(partial(self._send_final, result, error))
 
-    def _send_final(self, result: GenerateResult | None, error: BaseException | None, text: str, ids: list[int],
-                    logprobs: list) -> None:
+    def _send_final(self, result: GenerateResult | None, error: BaseException | None) -> None:
+        with self.pending:
+            text, ids, logprobs = self._take(len(self.ids))
         if isinstance(error, ClientCancelled) or (result is not None and result.finish_reason == FinishReason.CANCELLED):
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self.sender.send(flags=FINAL)
@@ -206,7 +233,8 @@ class TritonPythonModel:
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.sending,
-                             set(request.requested_output_names()) or self.output_names, self.stream_interval)
+                             set(request.requested_output_names()) or self.output_names,
+                             parsed.mode.stream_interval or self.stream_interval)
             with self._streams_lock:
                 self._streams.add(stream)
             try:

@@ -25,7 +25,7 @@ class KvCodec:
     def encode(self, kv: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """f32 [..., tokens, head_dim] -> (stored values, scales [..., tokens] or None)."""
         if not self.scaled:
-            return kv.astype(self.storage), None
+            return kv.astype(self.storage, copy=False), None  # f32: the caller's copy into the page is the only one
         amax = np.abs(kv).max(axis=-1)
         scales = np.where(amax > 0, amax / self.max_value, 1.0).astype(np.float32)
         scaled = kv / scales[..., None]

@@ -1,0 +1,134 @@
+"""How the generator's adapter turns engine tokens into streamed responses when its send thread lags.
+
+The engine never waits for sends: a piece queued for the send thread takes every complete token produced
+by the time it runs, so a send thread that falls behind sends fewer, larger responses, in order, and the
+final response carries the rest. Unit level: a stand-in for triton_python_backend_utils (adapter only).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from tritongen.options import FinishReason, GenerateResult, GenerateToken
+from tritongen.request_inputs import parse_request
+
+FINAL = 1
+
+
+@pytest.fixture
+def adapter(monkeypatch):
+    """triton_model imported against a stand-in pb_utils that records what responses hold."""
+    pb = types.ModuleType("triton_python_backend_utils")
+    pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
+
+    class Tensor:
+        def __init__(self, name, array):
+            self.name, self.array = name, array
+
+    class InferenceResponse:
+        def __init__(self, output_tensors=(), error=None):
+            self.outputs = {t.name: t.array for t in output_tensors}
+            self.error = error
+
+    pb.Tensor, pb.InferenceResponse = Tensor, InferenceResponse
+    pb.MetricFamily = types.SimpleNamespace(COUNTER=0, GAUGE=1, HISTOGRAM=2)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb)
+    monkeypatch.delitem(sys.modules, "tritongen.triton_model", raising=False)
+    monkeypatch.delitem(sys.modules, "tritongen.triton_metrics", raising=False)
+    import tritongen.triton_model as triton_model
+
+    return triton_model
+
+
+class Sender:
+    def __init__(self):
+        self.sent: list[tuple[list[int], str, int]] = []  # (output_ids, text_output, flags)
+
+    def send(self, response=None, flags=0):
+        ids = response.outputs["output_ids"].tolist() if response is not None else []
+        text = response.outputs["text_output"][0].decode() if response is not None else ""
+        self.sent.append((ids, text, flags))
+
+    def is_cancelled(self):
+        return False
+
+
+class PausedSendThread:
+    """Holds jobs until the test runs them: a send thread that has fallen behind the engine."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def put(self, job):
+        self.jobs.append(job)
+
+    def run(self):
+        jobs, self.jobs = self.jobs, []
+        for job in jobs:
+            job()
+
+
+def stream_for(adapter, interval, sending):
+    parsed = parse_request({"input_ids": np.array([1, 2, 3]), "stream": np.array([True])}, {}, {}, None)
+    metrics = types.SimpleNamespace(request_finished=lambda result: None)
+    sender = Sender()
+    stream = adapter._Stream(sender, parsed, [1, 2, 3], None, metrics, sending, {"output_ids", "text_output"},
+                             interval)
+    return stream, sender
+
+
+def result(ids, text):
+    return GenerateResult(token_ids=ids, text=text, finish_reason=FinishReason.MAX_TOKENS, num_prompt_tokens=3)
+
+
+def test_a_lagging_send_thread_merges_tokens_in_order(adapter):
+    sending = PausedSendThread()
+    stream, sender = stream_for(adapter, 1, sending)
+    stream.on_token(GenerateToken(10, "a"))
+    sending.run()  # keeping up: one token per response
+    for token, text in ((11, "b"), (12, "c"), (13, "d")):
+        stream.on_token(GenerateToken(token, text))
+    assert len(sending.jobs) == 1  # one piece waits, however many tokens arrive meanwhile
+    sending.run()
+    stream.on_token(GenerateToken(14, "e", FinishReason.MAX_TOKENS))
+    stream.on_done(result([10, 11, 12, 13, 14], "abcde"), None)
+    sending.run()
+    assert sender.sent == [([10], "a", 0), ([11, 12, 13], "bcd", 0), ([14], "e", FINAL)]
+
+
+def test_a_token_without_its_text_waits_for_the_rest_of_the_character(adapter):
+    sending = PausedSendThread()
+    stream, sender = stream_for(adapter, 1, sending)
+    stream.on_token(GenerateToken(20, "x"))
+    stream.on_token(GenerateToken(21, ""))  # the first bytes of a character: no text yet
+    sending.run()
+    assert sender.sent == [([20], "x", 0)]
+    stream.on_token(GenerateToken(22, "é"))
+    sending.run()
+    assert sender.sent[-1] == ([21, 22], "é", 0)
+
+
+def test_a_piece_queued_before_the_end_leaves_the_tokens_to_the_final_response(adapter):
+    sending = PausedSendThread()
+    stream, sender = stream_for(adapter, 2, sending)
+    for token, text in ((30, "p"), (31, "q"), (32, "r")):
+        stream.on_token(GenerateToken(token, text))
+    stream.on_token(GenerateToken(33, "s", FinishReason.MAX_TOKENS))
+    stream.on_done(result([30, 31, 32, 33], "pqrs"), None)
+    sending.run()  # the queued piece runs after the request ended: the final response holds everything
+    assert sender.sent == [([30, 31, 32, 33], "pqrs", FINAL)]
+
+
+def test_interval_holds_back_until_enough_tokens(adapter):
+    sending = PausedSendThread()
+    stream, sender = stream_for(adapter, 3, sending)
+    for token in (40, 41):
+        stream.on_token(GenerateToken(token, "t"))
+    assert sending.jobs == []
+    stream.on_token(GenerateToken(42, "t"))
+    sending.run()
+    assert sender.sent == [([40, 41, 42], "ttt", 0)]
