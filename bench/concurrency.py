@@ -44,6 +44,8 @@ SETTINGS = [
     Setting("engine", "engine", "streams", "tritongen engine in-process, as served", "gqa", (1, 4, 16)),
     Setting("triton", "triton", "streams", "tritongen via Triton, gRPC streaming (a stream per client)", "gqa",
             (1, 4, 16)),
+    Setting("triton-si4", "triton-si4", "streams",
+            "tritongen via Triton, as above with stream_interval 4 per request (4 tokens per response)", "gqa", (16,)),
     Setting("raw", "raw", "tiled", "raw onnxruntime loop, concat past/present", "concat", (1, 4, 16)),
     Setting("ort-genai-batch", "ort-genai", "batch", "onnxruntime-genai, one static batch", "concat", (16,)),
     Setting("ort-genai-gqa-batch", "ort-genai-gqa", "batch", "onnxruntime-genai, one static batch, GQA wrapper",
@@ -57,7 +59,7 @@ SETTINGS = [
 # The key comparisons of issue 4 run twice per level in these levels, the second pass in reverse order on
 # fresh prompts (A B C D ... D C B A: a load that drifts during the level hits both sides alike); their
 # decode rate is the mean of the two passes.
-REPEAT = ("raw-gqa", "engine", "triton", "raw")
+REPEAT = ("raw-gqa", "engine", "triton", "triton-si4", "raw")
 REPEAT_LEVELS = (1, 16)
 # One Generator per request in threads decodes one sequence per model call: 16 x 96 tokens would take over a
 # minute. From `short_from` streams on it generates this many tokens (a past of length .. length + 32, which
@@ -383,6 +385,8 @@ def targets(figs: dict, raws: dict, part1: dict, levels) -> list[tuple[str, str,
         name = "in-process engine" if who == "engine" else "Triton"
         rows.append(("4", f"{top} streams, {name} / raw GQA b{top} loop", ratio(tps(who, top), rg), 0.9))
         rows.append(("4", f"{top} streams, {name} / raw concat b{top} loop", ratio(tps(who, top), rc), 1.1))
+    rows.append(("4", f"{top} streams, Triton with stream_interval 4 / raw GQA b{top} loop",
+                 ratio(tps("triton-si4", top), rg), 0.9))
     for who in ("engine", "triton"):
         name = "in-process engine" if who == "engine" else "Triton"
         rows.append(("4", f"1 stream, {name} / raw GQA b1 loop (past ~500)", ratio(tps(who, 1), rg1), 0.9))

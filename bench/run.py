@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                 server_ok = True
                 if "triton" not in skip:
                     workers["triton"] = Worker("triton", "triton", grpc_url=server.url_grpc)
+                    if part2:
+                        workers["triton-si4"] = Worker("triton-si4", "triton", grpc_url=server.url_grpc,
+                                                       stream_interval=4)
             except RuntimeError as exc:
                 failures["triton"] = f"tritonserver did not start: {str(exc).splitlines()[0]}"
                 log(f"FAILED {failures['triton']}\n{exc}")

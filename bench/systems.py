@@ -246,13 +246,15 @@ class EngineInProcess:
 
 
 class TritonGrpc:
-    """tritongen through tritonserver: one gRPC stream, input_ids + max_tokens + ignore_eos + stream=true."""
+    """tritongen through tritonserver: one gRPC stream, input_ids + max_tokens + ignore_eos + stream=true
+    (and the request parameter stream_interval when given)."""
 
-    def __init__(self, grpc_url: str, **_):
+    def __init__(self, grpc_url: str, stream_interval: int | None = None, **_):
         import tritonclient.grpc as grpcclient
 
         self.grpcclient = grpcclient
         self.grpc_url = grpc_url
+        self.parameters = None if stream_interval is None else {"stream_interval": stream_interval}
         self.clients: list = []  # one per concurrent stream (run_streams)
         self.active: list[dict] = []
         self.client = grpcclient.InferenceServerClient(grpc_url)
@@ -277,7 +279,8 @@ class TritonGrpc:
         self.count += 1
         tokens, times, responses, prefix_hit = [], [], 0, None
         t0 = now()
-        self.client.async_stream_infer("generator", inputs, outputs=self._outputs(), request_id=str(self.count))
+        self.client.async_stream_infer("generator", inputs, outputs=self._outputs(), request_id=str(self.count),
+                                       parameters=self.parameters)
         while True:
             at, res, err = self.events.get(timeout=120)
             if err is not None:
@@ -335,7 +338,8 @@ class TritonGrpc:
                       self._tensor("ignore_eos", [True], np.bool_), self._tensor("stream", [True], np.bool_)]
             self.count += 1
             self.active[k]["issued"] = now() - t0
-            self.clients[k].async_stream_infer("generator", inputs, outputs=self._outputs(), request_id=str(self.count))
+            self.clients[k].async_stream_infer("generator", inputs, outputs=self._outputs(), request_id=str(self.count),
+                                               parameters=self.parameters)
         for st in self.active:
             if not st["done"].wait(900):
                 raise TimeoutError("a stream did not finish in 900 s")
