@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model_runner import DecoderRunner
+from .model_runner import DecoderRunner, stack_kv
 
 
 class ConcatSlotDecoder:
@@ -119,12 +119,7 @@ class ConcatSlotDecoder:
 
     def read(self, slot: int, start: int, end: int) -> np.ndarray:
         base = self.width - self.lengths[slot]
-        s = self.shape
-        out = np.empty((s.num_layers, 2, s.num_kv_heads, end - start, s.head_dim), np.float32)
-        for layer, (k, v) in enumerate(self.past):
-            out[layer, 0] = k[slot, :, base + start:base + end]
-            out[layer, 1] = v[slot, :, base + start:base + end]
-        return out
+        return stack_kv(self.past, np.s_[slot, :, base + start:base + end])
 
     def write(self, slot: int, start: int, kv: np.ndarray) -> None:
         """Used at admission: the row holds exactly positions [0, start) before this write."""

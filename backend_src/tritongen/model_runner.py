@@ -18,6 +18,17 @@ class DecoderShape:
     vocab_size: int
 
 
+def stack_kv(pairs, index) -> np.ndarray:
+    """[layers, 2, ...] from per-layer (key, value) buffers indexed alike, in one copy (np.stack of the
+    views costs 20x more for a page)."""
+    first = pairs[0][0][index]
+    out = np.empty((len(pairs), 2, *first.shape), first.dtype)
+    for layer, (k, v) in enumerate(pairs):
+        out[layer, 0] = k[index]
+        out[layer, 1] = v[index]
+    return out
+
+
 def default_providers() -> list[str]:
     """CUDA when this onnxruntime build has it (the NGC image with onnxruntime-gpu), else CPU."""
     available = ort.get_available_providers()
