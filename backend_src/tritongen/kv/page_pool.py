@@ -29,8 +29,8 @@ class PagePool:
         self.num_pages, self.page_size = num_pages, page_size
         self.codec: KvCodec = codec(kv_dtype)
         shape = (num_pages, num_layers, 2, num_kv_heads, page_size, head_dim)
-        self.data = np.zeros(shape, self.codec.storage)
-        self.data.fill(0)  # reserve it now: a first write into untouched memory costs ~20x a warm one mid-decode
+        self.data = np.empty(shape, self.codec.storage)
+        self.data.fill(0)  # touched now: a first write into untouched memory costs ~20x a warm one, mid-decode
         self.scales = np.ones(shape[:-1], np.float32) if self.codec.scaled else None
         self.refcount = np.zeros(num_pages, np.int32)
         self._free: deque[int] = deque(range(num_pages))
