@@ -203,6 +203,16 @@ def _pct(values, q):
     return float(np.percentile(values, q)) if len(values) else None
 
 
+def _window_rate(times: list[float]) -> float | None:
+    """One stream's token rate inside the steady window: the tokens after its first one there, over the time
+    to its last one there. Summed over streams this is the aggregate rate with no edge error: the tokens of
+    one step reach the streams one after another, so counting every stream's tokens between two other
+    streams' token times loses up to a step's worth of tokens at the window's ends."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    return sum(1 for t in times if t > times[0]) / (times[-1] - times[0])
+
+
 def figures(rec: dict, n: int, length: int) -> dict:
     streams = rec["streams"]
     count = len(streams)
@@ -217,7 +227,8 @@ def figures(rec: dict, n: int, length: int) -> dict:
     lasts = [s["times"][-1] for s in streams]
     start, end = max(firsts), min(lasts)
     inside = [sum(1 for t in s["times"] if start < t <= end) for s in streams]
-    tps = sum(inside) / (end - start) if end > start and sum(inside) else None
+    rates = [_window_rate([t for t in s["times"] if start <= t <= end]) for s in streams]
+    tps = sum(rates) if end > start and all(r is not None for r in rates) else None
     before = [sum(1 for t in s["times"] if t <= start) for s in streams]
     gaps = [g for s in streams for g in np.diff(s["times"]).tolist()]
     out = {"streams": count, "tps": tps, "window_s": max(0.0, end - start), "window_tokens": sum(inside) / count,
