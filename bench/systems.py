@@ -39,14 +39,17 @@ def result(tokens, times, **extra) -> dict:
 
 
 class RawLoop:
-    """The limit: plain numpy feeds into one onnxruntime session, concat past/present, argmax, no server."""
+    """The limit: plain numpy feeds into one onnxruntime session, concat past/present, argmax, no server.
+    Its threads are pinned as the engine's are (pin_threads): this process's one thread on the first CPU,
+    onnxruntime's workers on the others."""
 
     def __init__(self, model_path: str, batch: int = 1, **_):
         import onnxruntime as ort
+        from tritongen.cpu_threads import pin_calling_thread, session_options
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = _threads()
+        options = session_options(_threads(), pin=True)
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        pin_calling_thread()
         self.session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
         inputs = [i.name for i in self.session.get_inputs()]
         self.layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
@@ -127,12 +130,15 @@ class RawLoop:
 class RawGqaLoop:
     """The limit on the GroupQueryAttention variant: tritongen's SlotDecoder used directly, one KV buffer per
     layer bound through I/O binding as both past and present (a decode step writes only the new row), argmax,
-    no scheduler. A batch of one prompt: prefilled once into slot 0, copied into the other slots."""
+    no scheduler. A batch of one prompt: prefilled once into slot 0, copied into the other slots. Threads
+    pinned as the engine's are (pin_threads)."""
 
     def __init__(self, model_path: str, max_slots: int = 16, max_len: int = 2048, **_):
+        from tritongen.cpu_threads import pin_calling_thread
         from tritongen.kv_slots import SlotDecoder
 
-        self.decoder = SlotDecoder(Path(model_path), max_slots, max_len, _threads())
+        self.decoder = SlotDecoder(Path(model_path), max_slots, max_len, _threads(), pin_threads=True)
+        pin_calling_thread()
 
     def run(self, text: str, ids: list[int], n: int) -> dict:
         rec = self.run_tiled(text, ids, n, 1)

@@ -21,6 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .cpu_threads import pin_calling_thread
 from .constraints import ConstraintCompiler, MaskComputer, allowed_tokens
 from .kv.manager import ConnectorLink, KvManager
 from .kv.page_pool import PagePool
@@ -73,10 +74,10 @@ class EngineStats:
     decode_log: deque = field(default_factory=lambda: deque(maxlen=4096))
 
 
-def open_slot_decoder(folder: Path, max_slots: int, max_len: int, threads: int, providers):
+def open_slot_decoder(folder: Path, max_slots: int, max_len: int, threads: int, providers, pin_threads: bool):
     """The GroupQueryAttention layout when the model has it; the concat past/present fallback otherwise."""
     kind = SlotDecoder if "seqlens_k" in model_input_names(folder) else ConcatSlotDecoder
-    return kind(onnx_path(folder), max_slots, max_len, threads, providers)
+    return kind(onnx_path(folder), max_slots, max_len, threads, providers, pin_threads)
 
 
 class Engine:
@@ -87,7 +88,8 @@ class Engine:
         self.tokenizer = TextTokenizer(model_folder)
         self.max_len = min(self.config.max_model_len, self.tokenizer.max_position)
         self.decoder = open_slot_decoder(model_folder, self.config.scheduler.max_num_seqs, self.max_len,
-                                         self.config.intra_op_threads, self.config.execution_providers or None)
+                                         self.config.intra_op_threads, self.config.execution_providers or None,
+                                         self.config.pin_threads)
         shape = self.decoder.shape
         self.vocab_size = shape.vocab_size
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
@@ -209,17 +211,17 @@ class Engine:
         proposers: dict = {"prompt_lookup": PromptLookupProposer()}
         if cfg.draft_model is not None:
             draft = open_slot_decoder(Path(cfg.draft_model), cfg.scheduler.max_num_seqs, self.max_len,
-                                      cfg.intra_op_threads, cfg.execution_providers or None)
+                                      cfg.intra_op_threads, cfg.execution_providers or None, cfg.pin_threads)
             if draft.shape.vocab_size != self.vocab_size:
                 raise ValueError(f"draft model vocabulary {draft.shape.vocab_size} differs from the target's {self.vocab_size}")
             proposers["draft_model"] = DraftModelProposer(draft)
-        threads, providers = cfg.intra_op_threads, cfg.execution_providers or None
+        runtime = (cfg.intra_op_threads, cfg.execution_providers or None, cfg.pin_threads)
         if cfg.mtp is not None:
-            proposers["mtp"] = MtpProposer(cfg.mtp, threads, providers)
+            proposers["mtp"] = MtpProposer(cfg.mtp, *runtime)
         if cfg.eagle3 is not None:
-            proposers["eagle3"] = Eagle3Proposer(cfg.eagle3, threads, providers)
+            proposers["eagle3"] = Eagle3Proposer(cfg.eagle3, *runtime)
         if cfg.shared_kv is not None:
-            proposers["shared_kv"] = SharedKvProposer(cfg.shared_kv, self.decoder, threads, providers)
+            proposers["shared_kv"] = SharedKvProposer(cfg.shared_kv, self.decoder, *runtime)
         return proposers
 
     @staticmethod
@@ -304,6 +306,8 @@ class Engine:
     # ---- engine thread ----------------------------------------------------
 
     def _run(self) -> None:
+        if self.config.pin_threads:
+            pin_calling_thread()
         try:
             while self._take_inbox():
                 self._step()

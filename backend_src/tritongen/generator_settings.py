@@ -33,7 +33,7 @@ _KNOWN = set(_INT_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "
                                             "speculative_mode", "mtp_kv_mode", "kv_cache_dtype", "kv_connector",
                                             "kv_connector_disk_path", "kv_connector_compression",
                                             "kv_connector_store_priority", "kv_connector_model_id",
-                                            "recompute_ms_per_token"}
+                                            "recompute_ms_per_token", "pin_threads"}
 
 
 def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSettings:
@@ -52,6 +52,9 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
     if stream_interval < 1:
         raise ValueError(f"generator parameter stream_interval must be at least 1, got {stream_interval}")
     defaults = EngineConfig()
+    pin = params.get("pin_threads", "").strip().lower() or str(defaults.pin_threads).lower()
+    if pin not in ("true", "false"):
+        raise ValueError(f"generator parameter pin_threads must be true or false, got {params['pin_threads']!r}")
     engine = EngineConfig(
         num_gpu_pages=ints.get("num_gpu_pages", defaults.num_gpu_pages),
         page_size=ints.get("page_size", defaults.page_size),
@@ -64,6 +67,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         max_queue_len=ints.get("max_queue_len", defaults.max_queue_len),
         kv_cache_dtype=params.get("kv_cache_dtype", "").strip() or defaults.kv_cache_dtype,
         intra_op_threads=ints.get("intra_op_threads", 0),
+        pin_threads=pin == "true",
         execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
         speculative_mode=SpeculativeMode(params.get("speculative_mode", "").strip() or "none"),
         num_speculative_tokens=ints.get("num_speculative_tokens", EngineConfig.num_speculative_tokens),

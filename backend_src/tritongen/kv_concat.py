@@ -10,7 +10,6 @@ leaves, or writes a prompt chunk.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +19,8 @@ from .model_runner import DecoderRunner, stack_kv
 
 class ConcatSlotDecoder:
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
-                 providers: list[str] | None = None):
-        self.runner = DecoderRunner(model_path, intra_op_threads or len(os.sched_getaffinity(0)), providers)
+                 providers: list[str] | None = None, pin_threads: bool = False):
+        self.runner = DecoderRunner(model_path, intra_op_threads, providers, pin_threads)
         self.shape = self.runner.shape
         self.max_slots, self.max_len = max_slots, max_len
         s = self.shape

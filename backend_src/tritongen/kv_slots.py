@@ -10,20 +10,19 @@ its place.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from .cpu_threads import session_options
 from .model_runner import DecoderShape, default_providers, stack_kv
 
 
 class SlotDecoder:
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
-                 providers: list[str] | None = None):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads or len(os.sched_getaffinity(0))
+                 providers: list[str] | None = None, pin_threads: bool = False):
+        options = session_options(intra_op_threads, pin_threads)
         self.session = ort.InferenceSession(str(model_path), options, providers=providers or default_providers())
         inputs = {i.name: i for i in self.session.get_inputs()}
         if "seqlens_k" not in inputs:

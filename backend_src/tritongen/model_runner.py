@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+
+from .cpu_threads import session_options
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,9 @@ def default_providers() -> list[str]:
 
 
 class DecoderRunner:
-    def __init__(self, model_path: Path, intra_op_threads: int = 0, providers: list[str] | None = None):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads or len(os.sched_getaffinity(0))
+    def __init__(self, model_path: Path, intra_op_threads: int = 0, providers: list[str] | None = None,
+                 pin_threads: bool = False):
+        options = session_options(intra_op_threads, pin_threads)
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(str(model_path), options, providers=providers or default_providers())
         inputs = {i.name: i for i in self.session.get_inputs()}

@@ -210,6 +210,9 @@ class EngineConfig:
     # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
     max_queue_len: int = 256
     intra_op_threads: int = 0
+    # The engine thread on the first CPU it may use, onnxruntime's workers each on one of the next
+    # (cpu_threads.py: why). Off when several engines share the same CPUs.
+    pin_threads: bool = True
     # onnxruntime execution providers in order of preference; empty: CUDA if available, else CPU.
     execution_providers: list[str] = field(default_factory=list)
     # Speculative decoding: the default mode, K, and what each model-based mode needs.

@@ -11,9 +11,9 @@ from .proposer import Proposer, draw, proposal
 
 
 class Eagle3Proposer(Proposer):
-    def __init__(self, config: Eagle3Config, threads: int = 0, providers=None):
+    def __init__(self, config: Eagle3Config, threads: int = 0, providers=None, pin_threads: bool = False):
         self.config = config
-        self.session = open_head(config.head_model, threads, providers)
+        self.session = open_head(config.head_model, threads, providers, pin_threads)
         self.embedding = raw_matrix(config.embedding_weights, config.vocab_size, config.hidden_size)
         self.hidden_outputs = tuple(config.target_hidden_outputs)
 

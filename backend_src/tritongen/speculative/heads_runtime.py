@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from ..cpu_threads import session_options
 from ..model_runner import default_providers
 
 
-def open_head(path: Path, threads: int, providers) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads or len(os.sched_getaffinity(0))
+def open_head(path: Path, threads: int, providers, pin_threads: bool = False) -> ort.InferenceSession:
+    options = session_options(threads, pin_threads)
     return ort.InferenceSession(str(path), options, providers=providers or default_providers())
 
 

@@ -15,9 +15,9 @@ from .proposer import Proposer, draw, proposal
 
 
 class MtpProposer(Proposer):
-    def __init__(self, config: MtpConfig, threads: int = 0, providers=None):
+    def __init__(self, config: MtpConfig, threads: int = 0, providers=None, pin_threads: bool = False):
         self.config = config
-        self.session = open_head(config.head_model, threads, providers)
+        self.session = open_head(config.head_model, threads, providers, pin_threads)
         self.embedding = raw_matrix(config.embedding_weights, config.vocab_size, config.hidden_size)
         self.lm_head = raw_matrix(config.lm_head_weights, config.hidden_size, config.vocab_size)
         self.hidden_outputs = (config.target_hidden_output,)

@@ -15,12 +15,12 @@ from .proposer import Proposer, draw, proposal
 
 
 class SharedKvProposer(Proposer):
-    def __init__(self, config: SharedKvProposerConfig, target_slots, threads: int = 0, providers=None):
+    def __init__(self, config: SharedKvProposerConfig, target_slots, threads: int = 0, providers=None, pin_threads: bool = False):
         if not hasattr(target_slots, "keys"):
             raise ValueError("the shared-KV proposer needs the GroupQueryAttention target (slot KV buffers)")
         self.config = config
         self.slots = target_slots
-        self.session = open_head(config.assistant_model, threads, providers)
+        self.session = open_head(config.assistant_model, threads, providers, pin_threads)
         self.embedding = raw_matrix(config.input_embedding_weights, config.vocab_size, config.backbone_hidden_size)
         self.hidden_outputs = (config.target_hidden_output,)
         for group in config.shared_kv:
