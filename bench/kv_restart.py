@@ -10,8 +10,6 @@ from disk) and a fresh prompt B of the same length (cold, the reference).
 from __future__ import annotations
 
 import queue
-import re
-import shutil
 import sys
 import tempfile
 import time
@@ -23,29 +21,13 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
 from tritongen.serve import TritonServer
+from variant_repository import variant_repository
 
-ROOT = Path(__file__).resolve().parents[1]
 WORDS = "river stone market bridge lantern harbor orchard meadow tower garden".split()
 
 
 def prompt(seed: int) -> str:
     return " ".join(f"{WORDS[(seed + 3 * k) % len(WORDS)]}{(seed * 7 + k) % 100}" for k in range(330)) + "\nSummary:"
-
-
-def repository(work: Path) -> Path:
-    """A repository beside the real one: same models, the generator configured with a disk tier."""
-    repo = work / "repo"
-    repo.mkdir()
-    for folder in (ROOT / "model_repository").iterdir():
-        if folder.name != "generator":
-            (repo / folder.name).symlink_to(folder)
-    shutil.copytree(ROOT / "model_repository" / "generator", repo / "generator")
-    config = repo / "generator" / "config.pbtxt"
-    text = config.read_text()
-    for key, value in (("kv_connector", "local_tiered"), ("kv_connector_disk_path", "../kv_disk")):
-        text = re.sub(rf'(key: "{key}", value: {{ string_value: )"[^"]*"', rf'\1"{value}"', text)
-    config.write_text(text)
-    return repo
 
 
 def ttft(server: TritonServer, text: str) -> float:
@@ -82,7 +64,8 @@ def stored_chunks(server: TritonServer) -> float:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        repo = repository(Path(tmp))
+        repo = variant_repository(Path(tmp) / "repo", {"kv_connector": "local_tiered",
+                                                        "kv_connector_disk_path": "../kv_disk"})
         with TritonServer(repo, ["generator"], http_port=0, grpc_port=0, metrics_port=0) as server:
             cold_a = ttft(server, prompt(1))
             deadline = time.time() + 60

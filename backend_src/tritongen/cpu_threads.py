@@ -3,9 +3,9 @@
 An onnxruntime call splits every operator across its intra-op threads, which spin while they wait
 for each other. With as many of them as CPUs, the kernel sometimes runs two on one CPU while the
 server's other threads (response sends, gRPC, the client on the same host) wake up around them, and
-the whole call then runs at half speed until it moves them apart. Pinned, they never share a CPU:
-through Triton, 16 streams on 2 cores decoded 7.7% faster (mean of 6 alternating passes, every pass
-faster; bench/README.md has the side-by-side figures).
+the whole call then runs at half speed until it moves them apart. Pinned, they never share a CPU.
+Measured through Triton (bench/pin_threads.py, 16 streams, 2 shared cores): +7.7%, -1.5% and +1.7% in
+three runs, 15 of 22 passes faster pinned; small beside this machine's noise, and never a loss on average.
 """
 
 from __future__ import annotations
