@@ -5,7 +5,7 @@ for each other. With as many of them as CPUs, the kernel sometimes runs two on o
 server's other threads (response sends, gRPC, the client on the same host) wake up around them, and
 the whole call then runs at half speed until it moves them apart. Pinned, they never share a CPU.
 Measured through Triton (bench/pin_threads.py, 16 streams, 2 shared cores): +7.7%, -1.5% and +1.7% in
-three runs, 15 of 22 passes faster pinned; small beside this machine's noise, and never a loss on average.
+three runs (+2.6% on average), 15 of 22 passes faster pinned: small beside this machine's noise.
 """
 
 from __future__ import annotations
