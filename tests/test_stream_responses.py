@@ -8,6 +8,7 @@ final response carries the rest. Unit level: a stand-in for triton_python_backen
 from __future__ import annotations
 
 import sys
+import threading
 import types
 
 import numpy as np
@@ -132,3 +133,50 @@ def test_interval_holds_back_until_enough_tokens(adapter):
     stream.on_token(GenerateToken(42, "t"))
     sending.run()
     assert sender.sent == [([40, 41, 42], "ttt", 0)]
+
+
+class Handle:
+    def __init__(self):
+        self.cancels = 0
+
+    def cancel(self):
+        self.cancels += 1
+
+
+def sweeping_model(adapter, sending, streams):
+    """The generator's per-step sweep over live streams, without an engine behind it."""
+    model = object.__new__(adapter.TritonPythonModel)
+    model.metrics = types.SimpleNamespace(engine_stepped=lambda engine: None)
+    model.sending, model._streams, model._streams_lock = sending, set(streams), threading.Lock()
+    return model
+
+
+def test_a_client_gone_under_a_lagging_send_thread_is_asked_about_by_time_not_by_responses(adapter):
+    """Regression: clients used to be asked every 4th response; a lagging send thread merged a 64-token
+    request into 3 responses, so a cancelled client's request ran to its end (8 of 500 in a CI run)."""
+    sending = PausedSendThread()
+    stream, sender = stream_for(adapter, 1, sending)
+    stream.handle = Handle()
+    model = sweeping_model(adapter, sending, [stream])
+    gone = False
+    sender.is_cancelled = lambda: gone
+    stream.on_token(GenerateToken(10, "a"))
+    model._on_step(None)  # asked too lately to ask again
+    assert sending.jobs == [stream._send_piece]
+    sending.run()
+    gone = True  # the client cancels after its first response
+    for token in range(11, 40):
+        stream.on_token(GenerateToken(token, "b"))
+    stream.checked_at -= adapter._CANCEL_CHECK_SECONDS  # time passes
+    model._on_step(None)
+    model._on_step(None)  # the check already waits in the queue: no second one
+    assert sending.jobs == [stream._send_piece, stream.check_cancelled]
+    sending.run()
+    assert stream.handle.cancels == 1
+    assert [ids[-1] for ids, _, _ in sender.sent] == [10, 39]  # the piece queued before the check went out
+    try:
+        stream.on_token(GenerateToken(40, "c"))
+    except adapter.ClientCancelled:
+        pass
+    else:
+        raise AssertionError("the engine thread was not told to stop the request")

@@ -26,12 +26,12 @@ from .request_inputs import ParsedRequest, RequestError, parse_request
 from .send_thread import SendThread
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-# A request that has produced no token after this long (queued, or prefilling) is asked whether its
-# client is still there; the others are asked as they produce responses (_CANCEL_CHECK_EVERY).
-_CANCEL_SWEEP_SECONDS = 0.25
-# A running request asks at its first response and then every this many (unstreamed: tokens): each
-# question is an IPC round trip, as costly as the send itself.
-_CANCEL_CHECK_EVERY = 4
+# Every request is asked whether its client is still there at most this often, whether it is queued,
+# prefilling or decoding, and however its tokens are grouped into responses: the question is an IPC
+# round trip, as costly as a send, so it is bounded by time rather than made per response (a send
+# thread that falls behind sends a few large responses, and a count of responses would then never
+# come round before the request finished).
+_CANCEL_CHECK_SECONDS = 0.25
 
 
 class ClientCancelled(Exception):
@@ -63,7 +63,8 @@ class _Stream:
         self.wanted = wanted  # output names the client requested
         self.sending = sending
         self.cancelled = False  # set by the send thread when Triton reports the client gone
-        self.pieces_sent = 0
+        self.check_queued = False  # a check_cancelled waits in the send queue: do not pile up more
+        self.checked_at = time.monotonic()  # when the last check was queued
         self.num_generated = 0
         self.prefix_hit_len = self.drafted = self.accepted = 0
         # Tokens produced and not sent yet. The engine thread appends; a queued piece takes what is
@@ -81,7 +82,6 @@ class _Stream:
         self.ids: list[int] = []
         self.logprobs: list = []
         self.handle = None  # the engine's RequestHandle, once submitted
-        self.created_at = time.monotonic()
 
     def response(self, text: str, ids: list[int], finish: FinishReason | None, logprobs: list) -> "pb_utils.InferenceResponse":
         """Only the outputs the client asked for (all of them when it named none): each tensor costs CPU in
@@ -112,8 +112,6 @@ class _Stream:
             raise ClientCancelled()
         self.num_generated += 1
         if not self.parsed.mode.stream:
-            if self.num_generated % _CANCEL_CHECK_EVERY == 1:
-                self.sending.put(self.check_cancelled)
             return
         with self.pending:
             self.ids.append(token.token_id)
@@ -135,13 +133,20 @@ class _Stream:
         self.ready = 0
         return taken
 
-    def check_cancelled(self) -> bool:
-        """Send thread: whether the client left; if so the engine thread fails the request at its next token."""
+    def check_due(self, now: float) -> bool:
+        """Engine thread: whether to queue a check_cancelled now (and note that one is queued)."""
+        due = not self.check_queued and not self.cancelled and now - self.checked_at >= _CANCEL_CHECK_SECONDS
+        if due:
+            self.check_queued, self.checked_at = True, now
+        return due
+
+    def check_cancelled(self) -> None:
+        """Send thread: whether the client left; if so the engine cancels the request (at its next step)."""
+        self.check_queued = False
         if not self.cancelled and self.sender.is_cancelled():
             self.cancelled = True
             if self.handle is not None:
                 self.handle.cancel()
-        return self.cancelled
 
     def _send_piece(self) -> None:
         """Send thread: every complete token produced since the last response."""
@@ -150,10 +155,9 @@ class _Stream:
             if self.finished:
                 return
             text, ids, logprobs = self._take(self.ready)
-        if self.cancelled or (self.pieces_sent % _CANCEL_CHECK_EVERY == 0 and self.check_cancelled()):
+        if self.cancelled:
             return
         self.sender.send(self.response(text, ids, None, logprobs))
-        self.pieces_sent += 1
 
     def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
         if result is not None:
@@ -202,7 +206,6 @@ class TritonPythonModel:
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]}, self.sending.put)
         self._streams: set[_Stream] = set()  # submitted, not finished
         self._streams_lock = threading.Lock()
-        self._last_sweep = 0.0
         self.engine.on_step = self._on_step
         self.engine.on_death = self._report_unhealthy
         self.model_name = args["model_name"]
@@ -261,17 +264,13 @@ class TritonPythonModel:
         stream.on_done(result, error)
 
     def _on_step(self, engine: Engine) -> None:
-        """After each engine step: metrics; and a few times a second, cancel requests whose client left
-        before their first token (while queued), so they free their queue place now."""
+        """After each engine step: metrics; and ask about the clients of requests not asked lately, so a
+        request whose client left stops within a fraction of a second, queued or running."""
         self.metrics.engine_stepped(engine)
         now = time.monotonic()
-        if now - self._last_sweep < _CANCEL_SWEEP_SECONDS:
-            return
-        self._last_sweep = now
         with self._streams_lock:
-            idle = [s for s in self._streams if s.handle is not None and s.num_generated == 0
-                    and now - s.created_at > _CANCEL_SWEEP_SECONDS]
-        for stream in idle:
+            due = [s for s in self._streams if s.handle is not None and s.check_due(now)]
+        for stream in due:
             self.sending.put(stream.check_cancelled)
 
     def _report_unhealthy(self, error: BaseException) -> None:
