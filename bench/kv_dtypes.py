@@ -49,13 +49,13 @@ def main() -> int:
         prefix, rest = np.array([ids[:split]]), np.array([ids[split:]])
         dec.prefill(0, prefix, 0)
         kv = dec.read(0, 0, split)
-        reference, _ = dec.prefill(0, rest, split)
+        reference, _ = dec.prefill(0, rest, split, all_logits=True)
         reference = reference[0].copy()
         for name in KV_DTYPES:
             c = codec(name)
             data, scales = c.encode(kv)
             dec.write(0, 0, c.decode(data, scales))
-            logits, _ = dec.prefill(0, rest, split)
+            logits, _ = dec.prefill(0, rest, split, all_logits=True)
             logits = logits[0]
             r = rows[name]
             r["drift"].append(float(np.abs(logits - reference).max()))

@@ -131,7 +131,8 @@ def gqa_wrapper(src: Path, dst: Path) -> None:
 
     Graph inputs seqlens_k and total_sequence_length become tensors computed from attention_mask [B, T]:
     seqlens_k = ReduceSum(attention_mask, axis 1) - 1 (int32 [B]), total_sequence_length = T (int32
-    scalar). Outputs: logits and present.* only (same nodes and weights). Cached by source size and mtime.
+    scalar). num_logits_to_keep becomes the constant 0 (logits at every position, the shape the peers expect).
+    Outputs: logits and present.* only (same nodes and weights). Cached by source size and mtime.
     """
     stamp = dst.with_suffix(".source.json")
     key = _stamp(src)
@@ -145,13 +146,15 @@ def gqa_wrapper(src: Path, dst: Path) -> None:
     names = {i.name for i in graph.input}
     if not {"seqlens_k", "total_sequence_length"} <= names:
         raise ValueError(f"{src} has no seqlens_k / total_sequence_length inputs: not a GQA decoder")
-    kept = [i for i in graph.input if i.name not in ("seqlens_k", "total_sequence_length")]
+    kept = [i for i in graph.input if i.name not in ("seqlens_k", "total_sequence_length", "num_logits_to_keep")]
     mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total_sequence_length"])
     del graph.input[:]
     graph.input.extend([kept[0], mask, *kept[1:]])  # input_ids, attention_mask, past_key_values.*
     prefix = "genai_wrapper_"
     consts = [helper.make_tensor(prefix + "axis1", TensorProto.INT64, [1], [1]),
               helper.make_tensor(prefix + "one", TensorProto.INT64, [], [1])]
+    if "num_logits_to_keep" in names:
+        consts.append(helper.make_tensor("num_logits_to_keep", TensorProto.INT64, [], [0]))
     nodes = [
         helper.make_node("ReduceSum", ["attention_mask", prefix + "axis1"], [prefix + "lengths"], keepdims=0,
                          name=prefix + "lengths"),

@@ -1,7 +1,8 @@
 """The GroupQueryAttention layout, driven through slots, gives the concat model's logits.
 
-Covers prefill (whole and chunked on top of a past), a ragged batched
-decode over several slots, and a sequence moved to another slot.
+Covers prefill (whole and chunked on top of a past, and with the logits of
+its last position only), a ragged batched decode over several slots, and a
+sequence moved to another slot.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tritongen.engine import Engine
 from tritongen.kv_slots import SlotDecoder
 from tritongen.model_runner import DecoderRunner
+from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
 from tritongen.repository import onnx_path
 from tritongen.tokenizer import TextTokenizer
 
@@ -54,6 +57,11 @@ def test_gqa_slots_match_concat_model(model, request, tiny_folder, tiny_concat_f
         check("prefill", first[0], refs[slot][0][:half])
         second, _ = slots.run(slot, np.array([ids[half:]]), np.array([len(ids) - 1]))
         check("prefill", second[0], refs[slot][0][half:])
+    last, _ = slots.prefill(3, np.array([prompts[0]]), 0)  # what the engine asks of a prompt chunk
+    assert slots.keeps_logits and last.shape == (1, 1, refs[0][0].shape[-1])
+    check("prefill, last position only", last[0, 0], refs[0][0][-1])
+    every, _ = slots.prefill(3, np.array([prompts[0]]), 0, all_logits=True)  # what verification asks
+    check("prefill, every position", every[0], refs[0][0])
     lengths = np.array([len(ids) for ids in prompts])
     for k in range(2):  # ragged batched decode over slots 0..2
         out, _ = slots.run(0, np.array([[ext[k]] for ext in extra]), lengths + k)
@@ -68,3 +76,28 @@ def test_gqa_slots_match_concat_model(model, request, tiny_folder, tiny_concat_f
     check("moved slot", out[0, 0], after[0])
     print(f"{model}: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()))
     assert max(worst.values()) < 1e-4
+
+
+def test_engine_asks_a_prompt_chunk_for_its_last_logits_only(tiny_folder):
+    """The LM head over every position of a prompt is a fifth of its work (bench/prefill_logits.py): the engine
+    asks for the last position only, and its tokens stay those of a full-logits prefill."""
+    engine = Engine(tiny_folder, EngineConfig(scheduler=SchedulerConfig(max_num_batched_tokens=16)))
+    shapes = []  # (tokens in, logits positions out) of every model call
+    run = engine.decoder.run
+
+    def recording_run(slot, ids, *args, **kwargs):
+        out = run(slot, ids, *args, **kwargs)
+        shapes.append((ids.shape[1], out[0].shape[1]))
+        return out
+
+    engine.decoder.run = recording_run
+    try:
+        request = GenerateRequest(list(range(3, 43)), GenerateOptions(max_new_tokens=4, greedy=True, stop_on_eos=False))
+        got = engine.generate(request).token_ids
+    finally:
+        engine.close()
+    prefills = [s for s in shapes if s[0] > 1]
+    assert prefills == [(16, 1), (16, 1), (8, 1)], shapes  # three chunks of the 40-token prompt
+    slots = SlotDecoder(onnx_path(tiny_folder), max_slots=1, max_len=64)
+    logits, _ = slots.prefill(0, np.array([list(range(3, 43))]), 0, all_logits=True)
+    assert got[0] == int(logits[0, -1].argmax())

@@ -451,7 +451,7 @@ class Engine:
         """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""
         start, k = seq.num_computed, len(proposal.tokens)
         ids = np.array([[seq.tokens[-1], *proposal.tokens]], np.int64)
-        logits, extras = self.decoder.prefill(seq.slot, ids, start, seq.proposer.hidden_outputs)
+        logits, extras = self.decoder.prefill(seq.slot, ids, start, seq.proposer.hidden_outputs, all_logits=True)
         rows = logits[0].copy()
         self.stats.verify_calls += 1
         accepted, done = 0, len(finished)

@@ -81,9 +81,10 @@ class ConcatSlotDecoder:
         self.lengths = [n + 1 for n in past_lengths]
         return logits, {k: extras[k] for k in extra_outputs}
 
-    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int,
-                extra_outputs: tuple[str, ...] = ()) -> tuple[np.ndarray, dict]:
-        """A prompt chunk on one slot whose first `past_len` tokens are already computed."""
+    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int, extra_outputs: tuple[str, ...] = (),
+                all_logits: bool = False) -> tuple[np.ndarray, dict]:
+        """A prompt chunk on one slot whose first `past_len` tokens are already computed; logits of every
+        position whatever `all_logits` says (the concat layout has no way to leave some out)."""
         rows = max(len(self.lengths), slot + 1)
         lengths = self.lengths + [0] * (rows - len(self.lengths))
         lengths[slot] = min(lengths[slot], past_len)

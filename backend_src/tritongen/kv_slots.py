@@ -32,6 +32,8 @@ class SlotDecoder:
         vocab = next(o for o in self.session.get_outputs() if o.name == "logits").shape[2]
         self.shape = DecoderShape(num_layers, int(kv[1]), int(kv[3]), int(vocab))
         self.output_names = [o.name for o in self.session.get_outputs()]
+        # Models built here take num_logits_to_keep (0: every position); others always return every one.
+        self.keeps_logits = "num_logits_to_keep" in inputs
         self.max_slots, self.max_len = max_slots, max_len
         dims = (max_slots, self.shape.num_kv_heads, max_len, self.shape.head_dim)
         self.keys = [np.zeros(dims, np.float32) for _ in range(num_layers)]
@@ -60,17 +62,22 @@ class SlotDecoder:
         return self._logits[:size].reshape(rows, seq, self.shape.vocab_size)
 
     def run(self, first_slot: int, input_ids: np.ndarray, seqlens_k: np.ndarray,
-            extra_outputs: tuple[str, ...] = ()) -> tuple[np.ndarray, dict]:
+            extra_outputs: tuple[str, ...] = (), last_logits_only: bool = False) -> tuple[np.ndarray, dict]:
         """One call on slots [first_slot, first_slot + rows); returns (logits view, extra outputs).
 
         seqlens_k[r] is the row's total length after this call minus one. The
         logits array is reused by the next call: copy what must outlive it.
+        With `last_logits_only` (and a model that can), logits are [rows, 1, vocab].
         """
         rows, seq = input_ids.shape
         binding = self.session.io_binding()
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
         binding.bind_cpu_input("seqlens_k", np.ascontiguousarray(seqlens_k, dtype=np.int32))
         binding.bind_cpu_input("total_sequence_length", np.array(int(seqlens_k.max()) + 1, dtype=np.int32))
+        if self.keeps_logits:
+            keep = 1 if last_logits_only else 0
+            binding.bind_cpu_input("num_logits_to_keep", np.array(keep, dtype=np.int64))
+            seq = keep or seq
         for i, (k, v) in enumerate(self._kv_views(first_slot, rows)):
             binding.bind_ortvalue_input(f"past_key_values.{i}.key", k)
             binding.bind_ortvalue_input(f"past_key_values.{i}.value", v)
@@ -91,11 +98,12 @@ class SlotDecoder:
         """One token for each of slots [0, rows); seqlens_k[r] is the row's length before it."""
         return self.run(0, input_ids, seqlens_k, extra_outputs)
 
-    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int,
-                extra_outputs: tuple[str, ...] = ()) -> tuple[np.ndarray, dict]:
-        """A prompt chunk on one slot whose first `past_len` tokens are already computed."""
+    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int, extra_outputs: tuple[str, ...] = (),
+                all_logits: bool = False) -> tuple[np.ndarray, dict]:
+        """A prompt chunk on one slot whose first `past_len` tokens are already computed. Logits of its last
+        position only, unless `all_logits` (verification) or the model cannot leave the others out."""
         seqlens = np.array([past_len + input_ids.shape[1] - 1], np.int32)
-        return self.run(slot, input_ids, seqlens, extra_outputs)
+        return self.run(slot, input_ids, seqlens, extra_outputs, last_logits_only=not all_logits)
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy a row's first `length` positions into another slot (a sequence changes rows)."""
