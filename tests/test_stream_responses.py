@@ -161,7 +161,7 @@ def test_a_client_gone_under_a_lagging_send_thread_is_asked_about_by_time_not_by
     gone = False
     sender.is_cancelled = lambda: gone
     stream.on_token(GenerateToken(10, "a"))
-    model._on_step(None)  # asked too lately to ask again
+    model._on_step(None)  # not due: a new request counts as asked when it arrives
     assert sending.jobs == [stream._send_piece]
     sending.run()
     gone = True  # the client cancels after its first response
