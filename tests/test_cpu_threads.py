@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
+from tritongen.cpu_threads import pin_calling_thread, session_options
 from tritongen.engine import Engine
 from tritongen.generator_settings import parse_settings
 from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest
@@ -73,3 +75,20 @@ def test_pin_threads_parameter(tmp_path, value, expected):
 def test_pin_threads_parameter_rejects_other_words(tmp_path):
     with pytest.raises(ValueError, match="pin_threads must be true or false"):
         parse_settings({"pin_threads": "yes"}, tmp_path)
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="pinning needs at least 2 CPUs (CI has 2)")
+def test_a_session_opened_from_a_pinned_thread_still_gets_a_thread_per_cpu():
+    seen = {}
+
+    def pinned_then_open():
+        pin_calling_thread()
+        options = session_options(0, pin=True)
+        seen["threads"] = options.intra_op_num_threads
+        seen["affinities"] = options.get_session_config_entry("session.intra_op_thread_affinities")
+
+    thread = threading.Thread(target=pinned_then_open)
+    thread.start()
+    thread.join()
+    assert seen["threads"] == len(CPUS)
+    assert seen["affinities"] == ";".join(str(c + 1) for c in CPUS[1:])
