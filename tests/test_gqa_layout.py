@@ -7,6 +7,8 @@ sequence moved to another slot.
 
 from __future__ import annotations
 
+import queue
+
 import numpy as np
 import pytest
 
@@ -101,3 +103,37 @@ def test_engine_asks_a_prompt_chunk_for_its_last_logits_only(tiny_folder):
     slots = SlotDecoder(onnx_path(tiny_folder), max_slots=1, max_len=64)
     logits, _ = slots.prefill(0, np.array([list(range(3, 43))]), 0, all_logits=True)
     assert got[0] == int(logits[0, -1].argmax())
+
+
+def test_a_decode_step_leaves_out_the_rows_of_prompts_still_prefilling(tiny_folder):
+    """A prompt being prefilled in chunks sits in a row after the decoding ones: the decode calls stop at the
+    last decoding row instead of running the model on a dummy token for it, and both outputs stay as alone."""
+    short = GenerateRequest([3, 4, 5, 6], GenerateOptions(max_new_tokens=12, greedy=True, stop_on_eos=False))
+    long = GenerateRequest(list(range(7, 87)), GenerateOptions(max_new_tokens=4, greedy=True, stop_on_eos=False))
+    config = EngineConfig(scheduler=SchedulerConfig(max_num_batched_tokens=16))
+    engine = Engine(tiny_folder, config)
+    try:
+        alone = [engine.generate(short).token_ids, engine.generate(long).token_ids]
+    finally:
+        engine.close()
+    engine = Engine(tiny_folder, config)
+    widths = []  # rows of every decode call
+    decode = engine.decoder.decode
+
+    def recording_decode(ids, *args, **kwargs):
+        widths.append(ids.shape[0])
+        return decode(ids, *args, **kwargs)
+
+    engine.decoder.decode = recording_decode
+    got, done = [[], []], queue.Queue()
+    try:
+        for k, request in enumerate((short, long)):
+            engine.submit(request, on_token=lambda token, k=k: got[k].append(token.token_id),
+                          on_done=lambda *_: done.put(None))
+        for _ in range(2):
+            done.get(timeout=60)
+    finally:
+        engine.close()
+    assert got == alone
+    # The 80-token prompt takes 6 steps of 15 tokens beside the short one's decode: those steps decode 1 row.
+    assert widths[:5] == [1] * 5 and 2 in widths, widths

@@ -406,9 +406,11 @@ class Engine:
 
     def _decode_batch(self, rows: list[Sequence], finished: list) -> None:
         running = self.scheduler.running
-        ids = np.zeros((len(running), 1), np.int64)
-        seqlens = np.empty(len(running), np.int32)
-        for slot, seq in enumerate(running):
+        # Up to the last decoding row: rows after it (prompts still prefilling) are left out of the call.
+        width = len(running) if self.decoder.decodes_all_rows else 1 + max(s.slot for s in rows)
+        ids = np.zeros((width, 1), np.int64)
+        seqlens = np.empty(width, np.int32)
+        for slot, seq in enumerate(running[:width]):
             # A row not decoding in this call gets a dummy token at its next position:
             # its own prompt chunk or verification overwrites it, and nothing reads it before.
             seqlens[slot] = seq.num_computed
@@ -431,10 +433,10 @@ class Engine:
         fast = [s for s in rows if s.sampler.plain_greedy()]
         choices = {}
         if fast:
-            best = np.argmax(logits[[s.slot for s in fast], 0], axis=-1)
-            for s, t in zip(fast, best):
-                s.sampler.record(int(t))
-                choices[id(s)] = TokenChoice(int(t), None)
+            best = np.argmax(logits[:, 0], axis=-1)  # every row: cheaper than gathering the fast ones first
+            for s in fast:
+                s.sampler.record(int(best[s.slot]))
+                choices[id(s)] = TokenChoice(int(best[s.slot]), None)
         for seq in rows:
             seq.num_computed += 1
             self.kv.commit_full_pages(seq)

@@ -18,6 +18,9 @@ from .model_runner import DecoderRunner, stack_kv
 
 
 class ConcatSlotDecoder:
+    # A decode call re-lays the batch as exactly its rows: it must cover every sequence's row.
+    decodes_all_rows = True
+
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False):
         self.runner = DecoderRunner(model_path, intra_op_threads, providers, pin_threads)

@@ -20,6 +20,9 @@ from .model_runner import DecoderShape, default_providers, stack_kv
 
 
 class SlotDecoder:
+    # A decode call may cover any first rows: the rows after them are not touched.
+    decodes_all_rows = False
+
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False):
         options = session_options(intra_op_threads, pin_threads)
