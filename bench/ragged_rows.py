@@ -1,0 +1,63 @@
+"""What a staggered batch costs the GroupQueryAttention decoder beside an aligned one, side by side in one run.
+
+In `make bench`'s 16-stream window the engine's rows are not at one position: the prompts were prefilled
+one chunk per step, so the first stream is some 27 tokens ahead of the last. The raw loop prefills one
+prompt and copies it into every row, so its rows are aligned. This times one decode step over 16 rows at
+the same mean length both ways, on the same model file and buffers, alternating, and prints the ratio.
+
+    .venv/bin/python bench/ragged_rows.py [--mean 496] [--span 27] [--passes 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tritongen.cpu_threads import pin_calling_thread
+from tritongen.kv_slots import SlotDecoder
+from tritongen.repository import onnx_path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = 16
+CALLS = 5  # decode steps per case and pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mean", type=int, default=496, help="mean past length (make bench's window: 449-544)")
+    ap.add_argument("--span", type=int, default=27, help="positions between the first row and the last")
+    ap.add_argument("--passes", type=int, default=20)
+    args = ap.parse_args()
+    decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=ROWS, max_len=2048,
+                          pin_threads=True)  # as the engine runs it
+    pin_calling_thread()
+    rng = np.random.default_rng(0)
+    filled = args.mean + args.span
+    for buffer in decoder.keys + decoder.values:  # values do not change the time, only the lengths do
+        buffer[:, :, :filled] = rng.standard_normal(buffer[:, :, :filled].shape, dtype=np.float32)
+    staggered = np.round(np.linspace(args.mean + args.span / 2, args.mean - args.span / 2, ROWS)).astype(np.int32)
+    cases = {"aligned": np.full(ROWS, args.mean, np.int32), "staggered": staggered}
+    ids = rng.integers(3, decoder.shape.vocab_size, (ROWS, 1), dtype=np.int64)
+    seconds: dict[str, list[float]] = {name: [] for name in cases}
+    for p in range(args.passes + 1):
+        for name in (list(cases) if p % 2 else list(cases)[::-1]):  # alternate which goes first
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                decoder.decode(ids, cases[name])
+            if p:  # pass 0 warms both up
+                seconds[name].append((time.perf_counter() - start) / CALLS)
+    aligned, ragged = statistics.median(seconds["aligned"]), statistics.median(seconds["staggered"])
+    slower = sum(a < b for a, b in zip(seconds["aligned"], seconds["staggered"]))
+    print(f"SmolLM2-135M (target_gqa), {ROWS} rows, mean past {args.mean}, {args.passes} alternating passes of "
+          f"{CALLS} steps, load average {os.getloadavg()[0]:.1f}")
+    print(f"rows {int(staggered.min())}-{int(staggered.max())} / all at {args.mean}: {ragged / aligned:.3f}x the time "
+          f"per step (staggered slower in {slower} of {args.passes} passes)")
+
+
+if __name__ == "__main__":
+    main()

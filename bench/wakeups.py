@@ -1,0 +1,85 @@
+"""What frequent short wake-ups of another process cost a decode step, side by side in one run.
+
+Serving through Triton adds many small pieces of work beside the model: each streamed response wakes
+the generator's send thread, tritonserver's threads and the client's. Together they use a few percent
+of the CPUs (bench/README.md), but each wake-up lands on a CPU where one of onnxruntime's two threads is
+computing, and the other then waits for it at the end of the operator. This runs a 16-row decode step
+with a process beside it that wakes `--rate` times a second for `--busy-us` microseconds, stopped and
+running in alternate passes (SIGSTOP / SIGCONT), and prints the ratio of the step times.
+
+    .venv/bin/python bench/wakeups.py [--rate 1000] [--busy-us 50] [--passes 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tritongen.cpu_threads import pin_calling_thread
+from tritongen.kv_slots import SlotDecoder
+from tritongen.repository import onnx_path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS, PAST = 16, 496
+CALLS = 5  # decode steps per pass and state
+
+WAKER = """
+import time
+busy, pause = {busy}, {pause}
+while True:
+    start = time.perf_counter()
+    while time.perf_counter() - start < busy:
+        pass
+    time.sleep(pause)
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rate", type=float, default=1000, help="wake-ups per second (16 streams through Triton: "
+                                                            "~250 responses/s, each waking several threads)")
+    ap.add_argument("--busy-us", type=float, default=50, help="work per wake-up, microseconds")
+    ap.add_argument("--passes", type=int, default=20)
+    args = ap.parse_args()
+    cpus = len(os.sched_getaffinity(0))  # before pinning narrows this thread's own mask
+    decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=ROWS, max_len=2048,
+                          pin_threads=True)  # as the engine runs it
+    pin_calling_thread()
+    rng = np.random.default_rng(0)
+    for buffer in decoder.keys + decoder.values:
+        buffer[:, :, :PAST + 1] = rng.standard_normal(buffer[:, :, :PAST + 1].shape, dtype=np.float32)
+    ids = rng.integers(3, decoder.shape.vocab_size, (ROWS, 1), dtype=np.int64)
+    seqlens = np.full(ROWS, PAST, np.int32)
+    busy = args.busy_us / 1e6
+    waker = subprocess.Popen([sys.executable, "-c", WAKER.format(busy=busy, pause=max(0.0, 1 / args.rate - busy))])
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for p in range(args.passes + 1):
+            for woken in ((False, True) if p % 2 else (True, False)):  # alternate which goes first
+                waker.send_signal(signal.SIGCONT if woken else signal.SIGSTOP)
+                start = time.perf_counter()
+                for _ in range(CALLS):
+                    decoder.decode(ids, seqlens)
+                if p:  # pass 0 warms up
+                    seconds[woken].append((time.perf_counter() - start) / CALLS)
+    finally:
+        waker.kill()
+    quiet, woken = statistics.median(seconds[False]), statistics.median(seconds[True])
+    slower = sum(a < b for a, b in zip(seconds[False], seconds[True]))
+    share = args.rate * busy / cpus
+    print(f"SmolLM2-135M (target_gqa), {ROWS} rows at past {PAST}, {args.passes} alternating passes of {CALLS} steps, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"beside {args.rate:.0f} wake-ups/s of {args.busy_us:.0f} us ({share:.1%} of {cpus} CPUs, nominal) / alone: "
+          f"{woken / quiet:.3f}x the time per step (slower in {slower} of {args.passes} passes)")
+
+
+if __name__ == "__main__":
+    main()
