@@ -135,5 +135,5 @@ def test_a_decode_step_leaves_out_the_rows_of_prompts_still_prefilling(tiny_fold
     finally:
         engine.close()
     assert got == alone
-    # The 80-token prompt takes 6 steps of 15 tokens beside the short one's decode: those steps decode 1 row.
+    # The 80-token prompt runs in chunks (12, then 15 at a time) beside the short one's first 5 decode steps: 1 row each.
     assert widths[:5] == [1] * 5 and 2 in widths, widths
