@@ -185,7 +185,9 @@ def test_metrics_families_report_plausible_values(server):
     deadline = time.time() + 10
     while time.time() < deadline:
         m = scrape(server)
-        if m.get("tritongen:request_success_total", 0) >= 2 and "tritongen:kv_pages_free" in m:
+        # The per-token histogram is observed on a thread of its own, after the counters.
+        if m.get("tritongen:request_success_total", 0) >= 2 and "tritongen:kv_pages_free" in m \
+                and m.get("tritongen:time_per_output_token_seconds_count", 0) >= 10:
             break
         time.sleep(0.3)
     assert m["tritongen:prompt_tokens_total"] >= 8

@@ -180,3 +180,41 @@ def test_a_client_gone_under_a_lagging_send_thread_is_asked_about_by_time_not_by
         pass
     else:
         raise AssertionError("the engine thread was not told to stop the request")
+
+
+class RecordingFamily:
+    """Stand-in pb_utils.MetricFamily: every metric records the calls made on it, in one shared log."""
+    COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
+    log: list[tuple[str, str, float]] = []
+
+    def __init__(self, name, description, kind):
+        self.name = name
+
+    def Metric(self, labels, buckets=None):  # noqa: N802 - pb_utils' spelling
+        name, log = self.name, self.log
+        return types.SimpleNamespace(increment=lambda v: log.append((name, "increment", v)),
+                                     set=lambda v: log.append((name, "set", v)),
+                                     observe=lambda v: log.append((name, "observe", v)))
+
+
+def test_the_final_response_does_not_wait_for_the_per_token_histogram(adapter, monkeypatch):
+    """A request's time-per-output-token observations (one server call per token) run on a thread of their
+    own: its final response goes out before them, with its counters already updated."""
+    monkeypatch.setattr(adapter.pb_utils, "MetricFamily", RecordingFamily)
+    RecordingFamily.log = []
+    sending, observing = PausedSendThread(), PausedSendThread()
+    metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, observing.put)
+    stream, sender = stream_for(adapter, 8, sending)
+    stream.metrics = metrics
+    for token in range(50, 55):
+        stream.on_token(GenerateToken(token, "t", FinishReason.MAX_TOKENS if token == 54 else None))
+    done = result(list(range(50, 55)), "ttttt")
+    done.timing.inter_token = [0.02, 0.021, 0.019, 0.022]
+    stream.on_done(done, None)
+    sending.run()
+    assert sender.sent == [(list(range(50, 55)), "ttttt", FINAL)]
+    names = [name for name, _, _ in RecordingFamily.log]
+    assert "tritongen:generation_tokens_total" in names and "tritongen:time_per_output_token_seconds" not in names
+    observing.run()
+    tpot = [v for name, call, v in RecordingFamily.log if name == "tritongen:time_per_output_token_seconds"]
+    assert tpot == [0.02, 0.021, 0.019, 0.022]

@@ -14,10 +14,10 @@ from typing import Callable
 
 
 class SendThread:
-    def __init__(self, on_error: Callable[[BaseException], None]):
+    def __init__(self, on_error: Callable[[BaseException], None], name: str = "tritongen-send"):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._on_error = on_error
-        self._thread = threading.Thread(target=self._run, name="tritongen-send", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def put(self, job: Callable[[], None]) -> None:

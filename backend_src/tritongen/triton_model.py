@@ -203,7 +203,10 @@ class TritonPythonModel:
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
         self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"))
-        self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]}, self.sending.put)
+        self.observing = SendThread(lambda exc: pb_utils.Logger.log_error(f"a metric update failed: {exc!r}"),
+                                    name="tritongen-metrics")
+        self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]},
+                                        self.sending.put, self.observing.put)
         self._streams: set[_Stream] = set()  # submitted, not finished
         self._streams_lock = threading.Lock()
         self.engine.on_step = self._on_step
@@ -292,3 +295,4 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.engine.close()
         self.sending.close()
+        self.observing.close()
