@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
+from alternating import alternate, compare
 from tritongen.kv_slots import SlotDecoder
 from tritongen.repository import onnx_path
 
@@ -33,18 +32,12 @@ def main() -> None:
     if not decoder.keeps_logits:
         raise SystemExit("target_gqa has no num_logits_to_keep input: rebuild it with `make models`")
     ids = np.random.default_rng(0).integers(3, decoder.shape.vocab_size, (1, args.chunk), dtype=np.int64)
-    seconds: dict[bool, list[float]] = {True: [], False: []}
-    for p in range(args.passes + 1):
-        for every in ((True, False) if p % 2 else (False, True)):  # alternate which goes first
-            start = time.perf_counter()
-            decoder.prefill(0, ids, 0, all_logits=every)
-            if p:  # pass 0 warms both shapes up
-                seconds[every].append(time.perf_counter() - start)
-    every, last = statistics.median(seconds[True]), statistics.median(seconds[False])
-    faster = sum(a > b for a, b in zip(seconds[True], seconds[False]))
+    seconds = alternate({"every": lambda: decoder.prefill(0, ids, 0, all_logits=True),
+                         "last": lambda: decoder.prefill(0, ids, 0, all_logits=False)}, args.passes)
+    ratio, faster = compare(seconds, "last", "every")
     print(f"SmolLM2-135M (target_gqa), chunk of {args.chunk} tokens, {args.passes} alternating passes, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"logits of every position / of the last only: {every / last:.2f}x the time "
+    print(f"logits of every position / of the last only: {ratio:.2f}x the time "
           f"(last only faster in {faster} of {args.passes} passes)")
 
 

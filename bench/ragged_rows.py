@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
+from alternating import alternate, compare
 from tritongen.cpu_threads import pin_calling_thread
 from tritongen.kv_slots import SlotDecoder
 from tritongen.repository import onnx_path
@@ -43,19 +42,12 @@ def main() -> None:
     staggered = np.round(np.linspace(args.mean + args.span / 2, args.mean - args.span / 2, ROWS)).astype(np.int32)
     cases = {"aligned": np.full(ROWS, args.mean, np.int32), "staggered": staggered}
     ids = rng.integers(3, decoder.shape.vocab_size, (ROWS, 1), dtype=np.int64)
-    seconds: dict[str, list[float]] = {name: [] for name in cases}
-    for p in range(args.passes + 1):
-        for name in (list(cases) if p % 2 else list(cases)[::-1]):  # alternate which goes first
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                decoder.decode(ids, cases[name])
-            if p:  # pass 0 warms both up
-                seconds[name].append((time.perf_counter() - start) / CALLS)
-    aligned, ragged = statistics.median(seconds["aligned"]), statistics.median(seconds["staggered"])
-    slower = sum(a < b for a, b in zip(seconds["aligned"], seconds["staggered"]))
+    seconds = alternate({name: lambda lengths=lengths: decoder.decode(ids, lengths) for name, lengths in cases.items()},
+                        args.passes, CALLS)
+    ratio, slower = compare(seconds, "aligned", "staggered")
     print(f"SmolLM2-135M (target_gqa), {ROWS} rows, mean past {args.mean}, {args.passes} alternating passes of "
           f"{CALLS} steps, load average {os.getloadavg()[0]:.1f}")
-    print(f"rows {int(staggered.min())}-{int(staggered.max())} / all at {args.mean}: {ragged / aligned:.3f}x the time "
+    print(f"rows {int(staggered.min())}-{int(staggered.max())} / all at {args.mean}: {ratio:.3f}x the time "
           f"per step (staggered slower in {slower} of {args.passes} passes)")
 
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from alternating import alternate, compare
 from tritongen.cpu_threads import pin_calling_thread
 from tritongen.kv_slots import SlotDecoder
 from tritongen.repository import onnx_path
@@ -60,25 +59,20 @@ def main() -> None:
     seqlens = np.full(ROWS, PAST, np.int32)
     busy = args.busy_us / 1e6
     waker = subprocess.Popen([sys.executable, "-c", WAKER.format(busy=busy, pause=max(0.0, 1 / args.rate - busy))])
-    seconds: dict[bool, list[float]] = {False: [], True: []}
+    def step():
+        decoder.decode(ids, seqlens)
+
     try:
-        for p in range(args.passes + 1):
-            for woken in ((False, True) if p % 2 else (True, False)):  # alternate which goes first
-                waker.send_signal(signal.SIGCONT if woken else signal.SIGSTOP)
-                start = time.perf_counter()
-                for _ in range(CALLS):
-                    decoder.decode(ids, seqlens)
-                if p:  # pass 0 warms up
-                    seconds[woken].append((time.perf_counter() - start) / CALLS)
+        seconds = alternate({"quiet": step, "woken": step}, args.passes, CALLS,
+                            before=lambda name: waker.send_signal(signal.SIGCONT if name == "woken" else signal.SIGSTOP))
     finally:
         waker.kill()
-    quiet, woken = statistics.median(seconds[False]), statistics.median(seconds[True])
-    slower = sum(a < b for a, b in zip(seconds[False], seconds[True]))
+    ratio, slower = compare(seconds, "quiet", "woken")
     share = args.rate * busy / cpus
     print(f"SmolLM2-135M (target_gqa), {ROWS} rows at past {PAST}, {args.passes} alternating passes of {CALLS} steps, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"beside {args.rate:.0f} wake-ups/s of {args.busy_us:.0f} us ({share:.1%} of {cpus} CPUs, nominal) / alone: "
-          f"{woken / quiet:.3f}x the time per step (slower in {slower} of {args.passes} passes)")
+          f"{ratio:.3f}x the time per step (slower in {slower} of {args.passes} passes)")
 
 
 if __name__ == "__main__":
