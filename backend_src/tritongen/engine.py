@@ -435,8 +435,9 @@ class Engine:
         if fast:
             best = np.argmax(logits[:, 0], axis=-1)  # every row: cheaper than gathering the fast ones first
             for s in fast:
-                s.sampler.record(int(best[s.slot]))
-                choices[id(s)] = TokenChoice(int(best[s.slot]), None)
+                token = int(best[s.slot])
+                s.sampler.record(token)
+                choices[id(s)] = TokenChoice(token, None)
         for seq in rows:
             seq.num_computed += 1
             self.kv.commit_full_pages(seq)
