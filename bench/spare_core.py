@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from concurrency import _window_rate
+from concurrency import figures
 from prompts import long_prompts
 from tritongen.serve import TritonServer
 from tritongen.tokenizer import TextTokenizer
@@ -27,13 +27,6 @@ from worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAMS, LENGTH, NEW_TOKENS = 16, 448, 96  # make bench's 16-stream level
-
-
-def steady_rate(streams: list[dict]) -> float:
-    """make bench's steady window: from the last stream's first token to the first stream's last one."""
-    start = max(s["times"][0] for s in streams)
-    end = min(s["times"][-1] for s in streams)
-    return sum(_window_rate([t for t in s["times"] if start <= t <= end]) for s in streams)
 
 
 def measure(threads: int, cpus: list[int], passes: int, tokenizer, workdir: Path) -> dict[str, list[float]]:
@@ -49,10 +42,10 @@ def measure(threads: int, cpus: list[int], passes: int, tokenizer, workdir: Path
         if not ready or not all(w.wait_ready() for k, w in workers.items() if k != "raw"):
             raise RuntimeError("; ".join(f"{k}: {w.error}" for k, w in workers.items() if w.error))
         try:
-            def run(name: str, items, n: int) -> list[dict]:
+            def run(name: str, items, n: int) -> dict:
                 if name == "raw":  # one prompt, prefilled once, copied into every row
-                    return workers[name].call("run_tiled", items[0][0], items[0][1], n, STREAMS)["streams"]
-                return workers[name].call("run_streams", items, n)["streams"]
+                    return workers[name].call("run_tiled", items[0][0], items[0][1], n, STREAMS)
+                return workers[name].call("run_streams", items, n)
 
             names = list(workers)
             for i, name in enumerate(names):  # warm-up at batch 16
@@ -61,8 +54,8 @@ def measure(threads: int, cpus: list[int], passes: int, tokenizer, workdir: Path
             for p in range(passes):
                 for name in (names if p % 2 == 0 else names[::-1]):
                     skip = 100 + STREAMS * (len(names) * p + names.index(name))  # fresh prompts: no prefix hits
-                    streams = run(name, long_prompts(tokenizer, STREAMS, LENGTH, skip=skip), NEW_TOKENS)
-                    rates[name].append(steady_rate(streams))
+                    rec = run(name, long_prompts(tokenizer, STREAMS, LENGTH, skip=skip), NEW_TOKENS)
+                    rates[name].append(figures(rec, NEW_TOKENS, LENGTH)["tps"])  # make bench's steady window
                 print(f"  model on {threads} CPU(s), pass {p}: " +
                       ", ".join(f"{k} {v[-1]:.1f}" for k, v in rates.items()), flush=True)
             return rates
