@@ -218,3 +218,30 @@ def test_the_final_response_does_not_wait_for_the_per_token_histogram(adapter, m
     observing.run()
     tpot = [v for name, call, v in RecordingFamily.log if name == "tritongen:time_per_output_token_seconds"]
     assert tpot == [0.02, 0.021, 0.019, 0.022]
+
+
+def test_gauges_are_set_only_when_they_change(adapter, monkeypatch):
+    """Each gauge update is a round trip to the server: a snapshot whose values held still sends none."""
+    monkeypatch.setattr(adapter.pb_utils, "MetricFamily", RecordingFamily)
+    RecordingFamily.log = []
+    sending = PausedSendThread()
+    metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, sending.put)
+    running = [object()] * 3
+    scheduler = types.SimpleNamespace(running=running, waiting=[], has_work=lambda: True)
+    pool = types.SimpleNamespace(used=10, num_used=lambda: pool.used, num_available=lambda: 100 - pool.used)
+    engine = types.SimpleNamespace(
+        scheduler=scheduler, pool=pool, masks=types.SimpleNamespace(seconds=0.0),
+        stats=types.SimpleNamespace(drafted_tokens=0, accepted_tokens=0, verify_calls=0),
+        kv=types.SimpleNamespace(connector_stats={}))
+
+    def published() -> dict:
+        RecordingFamily.log.clear()
+        metrics.engine_stepped(engine, force=True)
+        sending.run()
+        return {name.removeprefix("tritongen:"): v for name, call, v in RecordingFamily.log if call == "set"}
+
+    assert published() == {"num_requests_running": 3, "num_requests_waiting": 0, "num_requests_swapped": 0,
+                           "kv_pages_used": 10, "kv_pages_free": 90}
+    assert published() == {}
+    pool.used = 12
+    assert published() == {"kv_pages_used": 12, "kv_pages_free": 88}

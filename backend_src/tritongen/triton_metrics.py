@@ -74,6 +74,7 @@ class GeneratorMetrics:
         for event in ("hit_cpu", "hit_disk", "miss", "decided_fetch", "decided_recompute", "fetch_failed", "stored_chunks"):
             self.totals[event] = f["connector"].Metric(labels={**labels, "event": event})
         self._totals_seen = dict.fromkeys(self.totals, 0.0)
+        self._gauges_seen: dict[str, int] = {}
         self._labels = labels
         self._success: dict[str, object] = {}
         self._run, self._run_per_token = run, run_per_token
@@ -104,8 +105,11 @@ class GeneratorMetrics:
         self._run(partial(self._publish, gauges, totals))
 
     def _publish(self, gauges: dict, totals: dict) -> None:
+        """Only what changed: each set is a round trip, and in a steady batch most gauges hold still."""
         for name, number in gauges.items():
-            self.gauges[name].set(number)
+            if self._gauges_seen.get(name) != number:
+                self.gauges[name].set(number)
+                self._gauges_seen[name] = number
         for name, total in totals.items():
             if total > self._totals_seen[name]:
                 self.totals[name].increment(total - self._totals_seen[name])
