@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,9 +47,16 @@ def test_perf_analyzer_streams_several_responses_per_request(target_folder, tmp_
         cmd = [str(binary), "-m", "generator", "-u", server.url_grpc, "-i", "grpc", "--streaming",
                "--input-data", str(INPUT_DATA), "--request-count", str(REQUESTS),
                "--profile-export-file", str(export)]
-        run = subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, f"perf_analyzer failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+        # perf_analyzer ignores errors writing its export (rapidjson into a FILE*, unchecked) and still exits 0;
+        # once in a CI run the file came out empty. A second run is allowed for that case only.
+        for _ in range(2):
+            run = subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=120)
+            if run.returncode != 0 or export.stat().st_size > 0:
+                break
+    output = f"perf_analyzer ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    assert run.returncode == 0, output
     assert "Response Throughput" in run.stdout
+    assert export.stat().st_size > 0, f"empty profile export ({shutil.disk_usage(tmp_path).free >> 20} MiB free)\n{output}"
 
     requests = json.loads(export.read_text())["experiments"][0]["requests"]
     assert len(requests) >= REQUESTS
