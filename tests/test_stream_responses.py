@@ -14,7 +14,9 @@ import types
 import numpy as np
 import pytest
 
-from tritongen.options import FinishReason, GenerateResult, GenerateToken
+from conftest import REPOSITORY
+from tritongen.options import FinishReason, GenerateResult, GenerateToken, TokenLogprob
+from tritongen.repository import read_config
 from tritongen.request_inputs import parse_request
 
 FINAL = 1
@@ -48,10 +50,13 @@ def adapter(monkeypatch):
 class Sender:
     def __init__(self):
         self.sent: list[tuple[list[int], str, int]] = []  # (output_ids, text_output, flags)
+        self.outputs: list[dict] = []  # every tensor of each response
 
     def send(self, response=None, flags=0):
-        ids = response.outputs["output_ids"].tolist() if response is not None else []
-        text = response.outputs["text_output"][0].decode() if response is not None else ""
+        self.outputs.append(response.outputs if response is not None else {})
+        outputs = self.outputs[-1]
+        ids = outputs["output_ids"].tolist() if "output_ids" in outputs else []
+        text = outputs["text_output"][0].decode() if "text_output" in outputs else ""
         self.sent.append((ids, text, flags))
 
     def is_cancelled(self):
@@ -73,12 +78,11 @@ class PausedSendThread:
             job()
 
 
-def stream_for(adapter, interval, sending):
+def stream_for(adapter, interval, sending, wanted=("output_ids", "text_output")):
     parsed = parse_request({"input_ids": np.array([1, 2, 3]), "stream": np.array([True])}, {}, {}, None)
     metrics = types.SimpleNamespace(request_finished=lambda result: None)
     sender = Sender()
-    stream = adapter._Stream(sender, parsed, [1, 2, 3], None, metrics, sending, {"output_ids", "text_output"},
-                             interval)
+    stream = adapter._Stream(sender, parsed, [1, 2, 3], None, metrics, sending, set(wanted), interval)
     return stream, sender
 
 
@@ -133,6 +137,51 @@ def test_interval_holds_back_until_enough_tokens(adapter):
     stream.on_token(GenerateToken(42, "t"))
     sending.run()
     assert sender.sent == [([40, 41, 42], "ttt", 0)]
+
+
+def test_every_response_holds_every_output_the_client_asked_for(adapter):
+    """Regression: responses before the last left out the end-of-request outputs, and every response the
+    logprob ones when no logprobs were asked for. perf_analyzer 2.51 asks for every output and records stale
+    memory for a missing one (or an empty number tensor); a NaN among them left its profile export empty
+    (seen in CI and in make bench)."""
+    declared = {o.name for o in read_config(REPOSITORY / "generator").output}
+    sending = PausedSendThread()
+    stream, sender = stream_for(adapter, 1, sending, wanted=declared)
+    stream.handle = types.SimpleNamespace(prefix_cache_hit_len=16, total_draft_tokens=0, total_accepted_draft_tokens=0)
+    stream.on_token(GenerateToken(10, "a"))
+    sending.run()
+    stream.on_token(GenerateToken(11, "b", FinishReason.MAX_TOKENS))
+    done = result([10, 11], "ab")
+    done.prefix_cache_hit_len, done.total_draft_tokens, done.total_accepted_draft_tokens = 16, 3, 2
+    stream.on_done(done, None)
+    sending.run()
+    first, last = sender.outputs
+    assert set(first) == set(last) == declared
+    assert [r["prefix_cache_hit_len"].tolist() for r in (first, last)] == [[16], [16]]
+    assert [r["total_draft_tokens"].tolist() for r in (first, last)] == [[0], [3]]
+    assert [r["total_accepted_draft_tokens"].tolist() for r in (first, last)] == [[0], [2]]
+    for response in (first, last):  # no logprobs asked for: no entries, a total of 0
+        assert response["logprobs"].shape == (0,)
+        assert response["cumulative_logprob"].tolist() == [0.0] and response["cumulative_logprob"].dtype == np.float32
+
+
+def test_cumulative_logprob_adds_up_across_streamed_responses(adapter):
+    tokenizer = types.SimpleNamespace(decode=lambda ids: "t")
+    parsed = parse_request({"input_ids": np.array([1, 2, 3]), "stream": np.array([True]),
+                            "return_log_probs": np.array([True])}, {}, {}, None)
+    sending, sender = PausedSendThread(), Sender()
+    stream = adapter._Stream(sender, parsed, [1, 2, 3], tokenizer, types.SimpleNamespace(request_finished=lambda r: None),
+                             sending, {"cumulative_logprob", "logprobs"}, 1)
+    values = {10: -0.5, 11: -1.25, 12: -2.0}
+    for token, value in values.items():
+        finish = FinishReason.MAX_TOKENS if token == 12 else None
+        stream.on_token(GenerateToken(token, "t", finish, TokenLogprob(token, value, [])))
+        if finish is None:
+            sending.run()
+    stream.on_done(result(list(values), "ttt"), None)
+    sending.run()
+    assert [r["cumulative_logprob"].tolist() for r in sender.outputs] == [[-0.5], [-1.75], [-3.75]]
+    assert [len(r["logprobs"]) for r in sender.outputs] == [1, 1, 1]
 
 
 class Handle:

@@ -60,6 +60,11 @@ class RequestHandle:
     def cancel(self) -> None:
         self._seq.cancel_requested = True
 
+    # The request's statistics so far (GenerateResult's names); plain ints, readable from any thread.
+    prefix_cache_hit_len = property(lambda self: self._seq.prefix_hit_len)
+    total_draft_tokens = property(lambda self: self._seq.drafted)
+    total_accepted_draft_tokens = property(lambda self: self._seq.accepted)
+
 
 @dataclass
 class EngineStats:

@@ -66,7 +66,8 @@ class _Stream:
         self.check_queued = False  # a check_cancelled waits in the send queue: do not pile up more
         self.checked_at = time.monotonic()  # when the last check was queued
         self.num_generated = 0
-        self.prefix_hit_len = self.drafted = self.accepted = 0
+        self.result: GenerateResult | None = None  # set when the request ends
+        self.logprob_total = 0.0  # sum of the logprobs sent so far (send thread)
         # Tokens produced and not sent yet. The engine thread appends; a queued piece takes what is
         # there when the send thread reaches it, so a send thread that falls behind sends fewer,
         # larger responses instead of delaying the model.
@@ -84,24 +85,34 @@ class _Stream:
         self.handle = None  # the engine's RequestHandle, once submitted
 
     def response(self, text: str, ids: list[int], finish: FinishReason | None, logprobs: list) -> "pb_utils.InferenceResponse":
-        """Only the outputs the client asked for (all of them when it named none): each tensor costs CPU in
-        the stub, the server and the client, for every token of every stream."""
+        """Every output the client asked for (all of them when it named none) in every response: a client reads
+        each one it asked for from each response (perf_analyzer 2.51 reads stale memory for a missing one, and
+        a NaN there leaves its profile export empty). Only those: each tensor costs CPU in the stub, the server
+        and the client, for every token of every stream. Send thread only (it keeps the logprob total)."""
+        self.logprob_total += sum(lp.logprob for lp in logprobs)
         values = {
             "text_output": lambda: np.array([text.encode("utf-8")], dtype=np.object_),
             "output_ids": lambda: np.array(ids, dtype=np.int64),
             "finish_reason": lambda: np.array([str(finish).encode() if finish else b""], dtype=np.object_),
             "num_input_tokens": lambda: np.array([len(self.prompt_ids)], dtype=np.uint32),
             "num_output_tokens": lambda: np.array([len(ids)], dtype=np.uint32),
+            "prefix_cache_hit_len": lambda: np.array([self._statistic(finish, "prefix_cache_hit_len")], np.uint32),
+            "total_draft_tokens": lambda: np.array([self._statistic(finish, "total_draft_tokens")], np.int32),
+            "total_accepted_draft_tokens": lambda: np.array([self._statistic(finish, "total_accepted_draft_tokens")],
+                                                            np.int32),
+            # Without logprobs asked for: no entries, a total of 0 (perf_analyzer 2.51 reads an empty number
+            # tensor's value from stale memory too).
+            "logprobs": lambda: np.array([self._logprob_entry(lp).encode() for lp in logprobs], dtype=np.object_),
+            "cumulative_logprob": lambda: np.array([self.logprob_total], dtype=np.float32),
         }
-        if finish is not None:
-            values["prefix_cache_hit_len"] = lambda: np.array([self.prefix_hit_len], dtype=np.uint32)
-            values["total_draft_tokens"] = lambda: np.array([self.drafted], dtype=np.int32)
-            values["total_accepted_draft_tokens"] = lambda: np.array([self.accepted], dtype=np.int32)
-        if self.parsed.request.options.top_logprobs is not None:
-            values["logprobs"] = lambda: np.array([self._logprob_entry(lp).encode() for lp in logprobs], dtype=np.object_)
-            values["cumulative_logprob"] = lambda: np.array([sum(lp.logprob for lp in logprobs)], dtype=np.float32)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor(name, make()) for name, make in values.items() if name in self.wanted])
+
+    def _statistic(self, finish: FinishReason | None, name: str) -> int:
+        """A prefix-cache hit or draft count (GenerateResult's names): the result's in the last response, the
+        request's so far before it."""
+        source = self.result if finish is not None else self.handle
+        return 0 if source is None else getattr(source, name)  # None: a piece sent before submit() returned
 
     def _logprob_entry(self, lp) -> str:
         return json.dumps({"id": lp.token_id, "text": self.tokenizer.decode([lp.token_id]), "logprob": lp.logprob,
@@ -161,8 +172,7 @@ class _Stream:
 
     def on_done(self, result: GenerateResult | None, error: BaseException | None) -> None:
         if result is not None:
-            self.prefix_hit_len = result.prefix_cache_hit_len
-            self.drafted, self.accepted = result.total_draft_tokens, result.total_accepted_draft_tokens
+            self.result = result
             self.metrics.request_finished(result)
         with self.pending:
             self.finished = True
