@@ -53,8 +53,8 @@ class Sender:
         self.outputs: list[dict] = []  # every tensor of each response
 
     def send(self, response=None, flags=0):
-        self.outputs.append(response.outputs if response is not None else {})
-        outputs = self.outputs[-1]
+        outputs = response.outputs if response is not None else {}
+        self.outputs.append(outputs)
         ids = outputs["output_ids"].tolist() if "output_ids" in outputs else []
         text = outputs["text_output"][0].decode() if "text_output" in outputs else ""
         self.sent.append((ids, text, flags))
@@ -78,11 +78,14 @@ class PausedSendThread:
             job()
 
 
-def stream_for(adapter, interval, sending, wanted=("output_ids", "text_output")):
-    parsed = parse_request({"input_ids": np.array([1, 2, 3]), "stream": np.array([True])}, {}, {}, None)
+def stream_for(adapter, interval, sending, wanted=("output_ids", "text_output"), **inputs):
+    """A streaming request for [1, 2, 3]; `inputs` adds request tensors (e.g. return_log_probs)."""
+    tensors = {"input_ids": np.array([1, 2, 3]), "stream": np.array([True]), **inputs}
+    parsed = parse_request(tensors, {}, {}, None)
     metrics = types.SimpleNamespace(request_finished=lambda result: None)
+    tokenizer = types.SimpleNamespace(decode=lambda ids: "t")
     sender = Sender()
-    stream = adapter._Stream(sender, parsed, [1, 2, 3], None, metrics, sending, set(wanted), interval)
+    stream = adapter._Stream(sender, parsed, [1, 2, 3], tokenizer, metrics, sending, set(wanted), interval)
     return stream, sender
 
 
@@ -166,12 +169,9 @@ def test_every_response_holds_every_output_the_client_asked_for(adapter):
 
 
 def test_cumulative_logprob_adds_up_across_streamed_responses(adapter):
-    tokenizer = types.SimpleNamespace(decode=lambda ids: "t")
-    parsed = parse_request({"input_ids": np.array([1, 2, 3]), "stream": np.array([True]),
-                            "return_log_probs": np.array([True])}, {}, {}, None)
-    sending, sender = PausedSendThread(), Sender()
-    stream = adapter._Stream(sender, parsed, [1, 2, 3], tokenizer, types.SimpleNamespace(request_finished=lambda r: None),
-                             sending, {"cumulative_logprob", "logprobs"}, 1)
+    sending = PausedSendThread()
+    stream, sender = stream_for(adapter, 1, sending, wanted=("cumulative_logprob", "logprobs"),
+                                return_log_probs=np.array([True]))
     values = {10: -0.5, 11: -1.25, 12: -2.0}
     for token, value in values.items():
         finish = FinishReason.MAX_TOKENS if token == 12 else None
