@@ -192,21 +192,41 @@ class Handle:
         self.cancels += 1
 
 
-def sweeping_model(adapter, sending, streams):
-    """The generator's per-step sweep over live streams, without an engine behind it."""
+def sweeping_model(adapter, step, streams):
+    """The generator's per-step sweep over live streams (whose jobs go to `step`), without an engine behind it."""
     model = object.__new__(adapter.TritonPythonModel)
     model.metrics = types.SimpleNamespace(engine_stepped=lambda engine: None)
-    model.sending, model._streams, model._streams_lock = sending, set(streams), threading.Lock()
+    model.step_sends, model.step_observations = step, adapter.StepBatch(PausedSendThread())
+    model._streams, model._streams_lock = set(streams), threading.Lock()
     return model
+
+
+def test_a_steps_responses_reach_the_send_thread_when_the_step_ends(adapter):
+    """Woken mid-step, the send thread would take the GIL whenever the engine thread's numpy copies let it
+    go, and the engine thread would wait for it before its next model call."""
+    sending = PausedSendThread()
+    step = adapter.StepBatch(sending)
+    (first, first_sender), (second, second_sender) = stream_for(adapter, 1, step), stream_for(adapter, 1, step)
+    model = sweeping_model(adapter, step, [first, second])
+    first.on_token(GenerateToken(10, "a"))
+    second.on_token(GenerateToken(20, "b"))
+    second.on_done(result([20], "b"), None)
+    assert sending.jobs == []
+    model._on_step(None)
+    assert len(sending.jobs) == 3
+    sending.run()
+    assert first_sender.sent == [([10], "a", 0)]
+    assert second_sender.sent == [([20], "b", FINAL)]  # its piece found it finished: the final took the token
 
 
 def test_a_client_gone_under_a_lagging_send_thread_is_asked_about_by_time_not_by_responses(adapter):
     """Regression: clients used to be asked every 4th response; a lagging send thread merged a 64-token
     request into 3 responses, so a cancelled client's request ran to its end (8 of 500 in a CI run)."""
     sending = PausedSendThread()
-    stream, sender = stream_for(adapter, 1, sending)
+    step = adapter.StepBatch(sending)
+    stream, sender = stream_for(adapter, 1, step)
     stream.handle = Handle()
-    model = sweeping_model(adapter, sending, [stream])
+    model = sweeping_model(adapter, step, [stream])
     gone = False
     sender.is_cancelled = lambda: gone
     stream.on_token(GenerateToken(10, "a"))

@@ -5,6 +5,11 @@ process. Done on the engine thread they sit between decode steps: two per token 
 16 streams cost a fifth of each step. Here they run while the engine thread is inside onnxruntime.
 One FIFO queue keeps every request's responses in order, its FINAL one last. The generator runs a
 second one for the per-token metric observations (triton_metrics), which no response should wait for.
+
+The engine thread hands a step's jobs over together when the step ends (StepBatch). Woken mid-step,
+the send thread would take the GIL each time the engine thread's numpy copies let it go (page
+commits, argmax) and keep it through a send, so the engine thread would wait for it before its next
+model call; woken as the step ends, it runs once the engine thread is inside onnxruntime.
 """
 
 from __future__ import annotations
@@ -35,3 +40,19 @@ class SendThread:
                 job()
             except Exception as exc:  # noqa: BLE001 - one failed send must not stop the others
                 self._on_error(exc)
+
+
+class StepBatch:
+    """The jobs of one engine step, queued on a SendThread together by `flush` (engine thread only)."""
+
+    def __init__(self, thread: SendThread):
+        self._thread = thread
+        self._jobs: list[Callable[[], None]] = []
+
+    def put(self, job: Callable[[], None]) -> None:
+        self._jobs.append(job)
+
+    def flush(self) -> None:
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            self._thread.put(job)

@@ -23,7 +23,7 @@ from .generator_settings import parse_settings
 from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
 from .triton_metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, parse_request
-from .send_thread import SendThread
+from .send_thread import SendThread, StepBatch
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # Every request is asked whether its client is still there at most this often, whether it is queued,
@@ -57,7 +57,7 @@ class _Stream:
     """One request's response side: buffers ids until they carry text."""
 
     def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics,
-                 sending: SendThread, wanted: set[str], interval: int):
+                 sending: StepBatch, wanted: set[str], interval: int):
         self.sender = sender
         self.interval = interval  # new tokens per streamed response (stream_interval)
         self.wanted = wanted  # output names the client requested
@@ -215,8 +215,11 @@ class TritonPythonModel:
         self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"))
         self.observing = SendThread(lambda exc: pb_utils.Logger.log_error(f"a metric update failed: {exc!r}"),
                                     name="tritongen-metrics")
+        # What the engine thread queues during a step, handed to those threads as the step ends (on_step),
+        # or as the engine thread stops (on_death, finalize).
+        self.step_sends, self.step_observations = StepBatch(self.sending), StepBatch(self.observing)
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]},
-                                        self.sending.put, self.observing.put)
+                                        self.step_sends.put, self.step_observations.put)
         self._streams: set[_Stream] = set()  # submitted, not finished
         self._streams_lock = threading.Lock()
         self.engine.on_step = self._on_step
@@ -248,7 +251,7 @@ class TritonPythonModel:
                 prompt_ids = self.engine.tokenize_prompt(parsed.request)
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
-            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.sending,
+            stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.step_sends,
                              set(request.requested_output_names()) or self.output_names,
                              parsed.mode.stream_interval or self.stream_interval)
             with self._streams_lock:
@@ -284,7 +287,12 @@ class TritonPythonModel:
         with self._streams_lock:
             due = [s for s in self._streams if s.handle is not None and s.check_due(now)]
         for stream in due:
-            self.sending.put(stream.check_cancelled)
+            self.step_sends.put(stream.check_cancelled)
+        self._flush_step()
+
+    def _flush_step(self) -> None:
+        self.step_sends.flush()
+        self.step_observations.flush()
 
     def _report_unhealthy(self, error: BaseException) -> None:
         """The engine thread died: every request got an error; unload so Triton reports the model not ready.
@@ -293,6 +301,7 @@ class TritonPythonModel:
         control API is how a model says it cannot serve.)
         """
         pb_utils.Logger.log_error(f"generator engine thread died: {error!r}; unloading the model")
+        self._flush_step()  # every request's error response
 
         def unload() -> None:
             try:
@@ -304,5 +313,6 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.engine.close()
+        self._flush_step()  # the responses of requests the closing engine ended
         self.sending.close()
         self.observing.close()
