@@ -304,12 +304,10 @@ class TritonGrpc:
         return result([tokens], times, responses=responses, prefix_hits=[prefix_hit])
 
     def _stream_client(self, k: int):
-        """The k-th extra client: its own channel and gRPC stream, as a separate user of the server would have."""
+        """The k-th extra client, its own channel, as a separate user of the server would have; run_streams
+        opens its gRPC stream for each run and closes it after."""
         while len(self.clients) <= k:
-            index = len(self.clients)
-            client = self.grpcclient.InferenceServerClient(self.grpc_url)
-            client.start_stream(callback=lambda result, error, index=index: self._on_response(index, result, error))
-            self.clients.append(client)
+            self.clients.append(self.grpcclient.InferenceServerClient(self.grpc_url))
         return self.clients[k]
 
     def _on_response(self, k: int, res, err) -> None:
@@ -333,7 +331,7 @@ class TritonGrpc:
         """Every prompt from its own client over its own gRPC stream, issued together (or at `offsets`)."""
         count = len(items)
         for k in range(count):
-            self._stream_client(k)
+            self._stream_client(k).start_stream(callback=lambda result, error, k=k: self._on_response(k, result, error))
         t0 = now()
         self.active = [{"tokens": [], "times": [], "responses": 0, "hit": None, "error": None, "t0": t0,
                         "done": threading.Event(), "issued": 0.0} for _ in range(count)]
@@ -346,11 +344,18 @@ class TritonGrpc:
             self.active[k]["issued"] = now() - t0
             self.clients[k].async_stream_infer("generator", inputs, outputs=self._outputs(), request_id=str(self.count),
                                                parameters=self.parameters)
-        for st in self.active:
-            if not st["done"].wait(900):
-                raise TimeoutError("a stream did not finish in 900 s")
-            if st["error"]:
-                raise RuntimeError(f"generator error: {st['error']}")
+        try:
+            for st in self.active:
+                if not st["done"].wait(900):
+                    raise TimeoutError("a stream did not finish in 900 s")
+                if st["error"]:
+                    raise RuntimeError(f"generator error: {st['error']}")
+        finally:
+            # An open stream's reader thread wakes ~17 times a second while idle: 16 of them would disturb
+            # every other system's runs. A run that failed cancels what is still in flight.
+            unfinished = any(not st["done"].is_set() for st in self.active)
+            for client in self.clients[:count]:
+                client.stop_stream(cancel_requests=unfinished)
         return {"streams": [stream_record(st["tokens"], st["times"], st["issued"], prefix_hit=st["hit"],
                                           responses=st["responses"]) for st in self.active]}
 
