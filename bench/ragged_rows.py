@@ -4,6 +4,8 @@ In `make bench`'s 16-stream window the engine's rows are not at one position: th
 one chunk per step, so the first stream is some 27 tokens ahead of the last. The raw loop prefills one
 prompt and copies it into every row, so its rows are aligned. This times one decode step over 16 rows at
 the same mean length both ways, on the same model file and buffers, alternating, and prints the ratio.
+The KV holds 16 real prompts (the concurrency runs' kind), prefilled: with random values instead the
+attention underflows to denormal numbers and the same rows time differently (see bench/README.md).
 
     .venv/bin/python bench/ragged_rows.py [--mean 496] [--span 27] [--passes 20]
 """
@@ -17,9 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from alternating import alternate, compare
+from prompts import long_prompts
 from tritongen.cpu_threads import pin_calling_thread
 from tritongen.kv_slots import SlotDecoder
 from tritongen.repository import onnx_path
+from tritongen.tokenizer import TextTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = 16
@@ -35,10 +39,10 @@ def main() -> None:
     decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=ROWS, max_len=2048,
                           pin_threads=True)  # as the engine runs it
     pin_calling_thread()
+    tokenizer = TextTokenizer(ROOT / "model_repository" / "target")
+    for slot, (_, ids) in enumerate(long_prompts(tokenizer, ROWS, args.mean + args.span)):
+        decoder.prefill(slot, np.asarray([ids], dtype=np.int64), 0)
     rng = np.random.default_rng(0)
-    filled = args.mean + args.span
-    for buffer in decoder.keys + decoder.values:  # values do not change the time, only the lengths do
-        buffer[:, :, :filled] = rng.standard_normal(buffer[:, :, :filled].shape, dtype=np.float32)
     staggered = np.round(np.linspace(args.mean + args.span / 2, args.mean - args.span / 2, ROWS)).astype(np.int32)
     cases = {"aligned": np.full(ROWS, args.mean, np.int32), "staggered": staggered}
     ids = rng.integers(3, decoder.shape.vocab_size, (ROWS, 1), dtype=np.int64)
