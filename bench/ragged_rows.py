@@ -14,18 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 import numpy as np
 
 from alternating import alternate, compare
-from prompts import long_prompts
-from tritongen.cpu_threads import pin_calling_thread
-from tritongen.kv_slots import SlotDecoder
-from tritongen.repository import onnx_path
-from tritongen.tokenizer import TextTokenizer
+from real_kv import prefilled_decoder
 
-ROOT = Path(__file__).resolve().parents[1]
 ROWS = 16
 CALLS = 5  # decode steps per case and pass
 
@@ -36,12 +30,7 @@ def main() -> None:
     ap.add_argument("--span", type=int, default=27, help="positions between the first row and the last")
     ap.add_argument("--passes", type=int, default=20)
     args = ap.parse_args()
-    decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=ROWS, max_len=2048,
-                          pin_threads=True)  # as the engine runs it
-    pin_calling_thread()
-    tokenizer = TextTokenizer(ROOT / "model_repository" / "target")
-    for slot, (_, ids) in enumerate(long_prompts(tokenizer, ROWS, args.mean + args.span)):
-        decoder.prefill(slot, np.asarray([ids], dtype=np.int64), 0)
+    decoder = prefilled_decoder(ROWS, args.mean + args.span)
     rng = np.random.default_rng(0)
     staggered = np.round(np.linspace(args.mean + args.span / 2, args.mean - args.span / 2, ROWS)).astype(np.int32)
     cases = {"aligned": np.full(ROWS, args.mean, np.int32), "staggered": staggered}

@@ -5,7 +5,8 @@ the generator's send thread, tritonserver's threads and the client's. Together t
 of the CPUs (bench/README.md), but each wake-up lands on a CPU where one of onnxruntime's two threads is
 computing, and the other then waits for it at the end of the operator. This runs a 16-row decode step
 with a process beside it that wakes `--rate` times a second for `--busy-us` microseconds, stopped and
-running in alternate passes (SIGSTOP / SIGCONT), and prints the ratio of the step times.
+running in alternate passes (SIGSTOP / SIGCONT), and prints the ratio of the step times. The KV holds 16
+real prompts of PAST tokens (bench/real_kv.py).
 
     .venv/bin/python bench/wakeups.py [--rate 1000] [--busy-us 50] [--passes 20]
 """
@@ -17,16 +18,12 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from alternating import alternate, compare
-from tritongen.cpu_threads import pin_calling_thread
-from tritongen.kv_slots import SlotDecoder
-from tritongen.repository import onnx_path
+from real_kv import prefilled_decoder
 
-ROOT = Path(__file__).resolve().parents[1]
 ROWS, PAST = 16, 496
 CALLS = 5  # decode steps per pass and state
 
@@ -49,12 +46,8 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=20)
     args = ap.parse_args()
     cpus = len(os.sched_getaffinity(0))  # before pinning narrows this thread's own mask
-    decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=ROWS, max_len=2048,
-                          pin_threads=True)  # as the engine runs it
-    pin_calling_thread()
+    decoder = prefilled_decoder(ROWS, PAST)
     rng = np.random.default_rng(0)
-    for buffer in decoder.keys + decoder.values:
-        buffer[:, :, :PAST + 1] = rng.standard_normal(buffer[:, :, :PAST + 1].shape, dtype=np.float32)
     ids = rng.integers(3, decoder.shape.vocab_size, (ROWS, 1), dtype=np.int64)
     seqlens = np.full(ROWS, PAST, np.int32)
     busy = args.busy_us / 1e6

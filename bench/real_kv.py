@@ -1,0 +1,31 @@
+"""A 16-row GroupQueryAttention decoder whose KV holds real prompts, for the single-step timings.
+
+Random KV values are not neutral: the attention over random keys underflows to denormal numbers and the
+same rows time differently (bench/README.md, ragged_rows). Prefilled prompts give the KV a real run has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from prompts import long_prompts
+from tritongen.cpu_threads import pin_calling_thread
+from tritongen.kv_slots import SlotDecoder
+from tritongen.repository import onnx_path
+from tritongen.tokenizer import TextTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def prefilled_decoder(rows: int, length: int) -> SlotDecoder:
+    """The served GQA model with threads pinned as the engine runs it (this thread too), `rows` distinct
+    prompts of `length` tokens prefilled into its slots."""
+    decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=rows, max_len=2048,
+                          pin_threads=True)
+    pin_calling_thread()
+    tokenizer = TextTokenizer(ROOT / "model_repository" / "target")
+    for slot, (_, ids) in enumerate(long_prompts(tokenizer, rows, length)):
+        decoder.prefill(slot, np.asarray([ids], dtype=np.int64), 0)
+    return decoder
