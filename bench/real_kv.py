@@ -1,4 +1,4 @@
-"""A 16-row GroupQueryAttention decoder whose KV holds real prompts, for the single-step timings.
+"""A GroupQueryAttention decoder whose KV holds real prompts, for the single-step timings.
 
 Random KV values are not neutral: the attention over random keys underflows to denormal numbers and the
 same rows time differently (bench/README.md, ragged_rows). Prefilled prompts give the KV a real run has.
