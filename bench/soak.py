@@ -211,9 +211,7 @@ def run(args) -> dict:
     else:
         log = Path(args.log or (ROOT / "bench" / "work" / "soak-server.log"))
         log.parent.mkdir(parents=True, exist_ok=True)
-        server = TritonServer(args.repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log,
-                              extra_args=["--http-address=127.0.0.1", "--grpc-address=127.0.0.1",
-                                          "--metrics-address=127.0.0.1"])
+        server = TritonServer(args.repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log)
         print(f"starting tritonserver on {args.repository} (log {log}) ...", flush=True)
         server.start(timeout=300)
         url, metrics_url, server_pid = server.url_grpc, server.url_metrics, server.process.pid

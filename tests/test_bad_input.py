@@ -58,11 +58,9 @@ def small_repository(dest: Path, **params: str) -> Path:
 
 
 def start_server(repository: Path, log: Path, exit_timeout: int = 10) -> TritonServer:
-    """Loopback only; a short exit timeout keeps a stuck shutdown from costing 30 s per module."""
-    args = ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
-            f"--exit-timeout-secs={exit_timeout}"]
+    """A short exit timeout keeps a stuck shutdown from costing 30 s per module."""
     return TritonServer(repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log,
-                        extra_args=args).start()
+                        extra_args=[f"--exit-timeout-secs={exit_timeout}"]).start()
 
 
 def stop_server(server: TritonServer, timeout: float = 60) -> int | None:

@@ -17,6 +17,9 @@ Three things make that work, and this module does exactly those:
 3. Only the named models are loaded (``--model-control-mode=explicit``): the
    bundled server has no onnxruntime backend.
 
+Every endpoint binds to loopback unless told otherwise, and the control APIs
+answer only the operator (``lockdown.py``).
+
 Use it as ``python -m tritongen.serve`` or via :class:`TritonServer`.
 """
 from __future__ import annotations
@@ -37,6 +40,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from .lockdown import GRPC_OPERATOR_HEADER, LOOPBACK, OPERATOR_HEADER, OPERATOR_KEY_ENV, operator_key, server_args
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -126,14 +131,17 @@ class TritonServer:
     """One tritonserver process on a model repository, loading only ``models``.
 
     Ports of 0 are replaced by free ones. Output goes to ``log_file`` (a temp
-    file if None); errors quote its tail. Use as a context manager, or call
-    :meth:`start` / :meth:`stop`.
+    file if None); errors quote its tail. Every endpoint listens on ``host``;
+    the control APIs need :attr:`operator_headers`, whose key is written to
+    ``key_file`` (a new temp file if None) unless the environment gives it.
+    Use as a context manager, or call :meth:`start` / :meth:`stop`.
     """
 
     def __init__(self, model_repository: str | os.PathLike = DEFAULT_MODEL_REPOSITORY,
                  models: list[str] | tuple[str, ...] = ("generator",), http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002,
-                 log_file: str | os.PathLike | None = None, extra_args: list[str] | tuple[str, ...] = ()):
+                 log_file: str | os.PathLike | None = None, extra_args: list[str] | tuple[str, ...] = (),
+                 host: str = LOOPBACK, key_file: str | os.PathLike | None = None):
         self.model_repository = Path(model_repository).resolve()
         self.models = list(models)
         self.http_port = http_port or free_port()
@@ -144,11 +152,18 @@ class TritonServer:
             os.close(fd)
         self.log_file = Path(log_file)
         self.extra_args = list(extra_args)
+        self.host = host
+        self.key_file = Path(key_file) if key_file is not None else None
+        self.operator_key = ""
         self.process: subprocess.Popen | None = None
 
-    url_http = property(lambda self: f"http://127.0.0.1:{self.http_port}")
-    url_grpc = property(lambda self: f"127.0.0.1:{self.grpc_port}")  # tritonclient.grpc wants host:port
-    url_metrics = property(lambda self: f"http://127.0.0.1:{self.metrics_port}/metrics")
+    # Where a local client reaches it: the bound address, or loopback when it listens on every interface.
+    client_host = property(lambda self: LOOPBACK if self.host in ("0.0.0.0", "::", "") else self.host)
+    url_http = property(lambda self: f"http://{self.client_host}:{self.http_port}")
+    url_grpc = property(lambda self: f"{self.client_host}:{self.grpc_port}")  # tritonclient.grpc wants host:port
+    url_metrics = property(lambda self: f"http://{self.client_host}:{self.metrics_port}/metrics")
+    operator_headers = property(lambda self: {OPERATOR_HEADER: self.operator_key})  # HTTP
+    operator_grpc_headers = property(lambda self: {GRPC_OPERATOR_HEADER: self.operator_key})
 
     def command(self) -> list[str]:
         cmd = [str(triton_dir() / "bin" / "tritonserver"),
@@ -157,7 +172,8 @@ class TritonServer:
                f"--backend-directory={backend_dir()}",
                f"--http-port={self.http_port}",
                f"--grpc-port={self.grpc_port}",
-               f"--metrics-port={self.metrics_port}"]
+               f"--metrics-port={self.metrics_port}",
+               *server_args(self.host, self.operator_key)]
         cmd += [f"--load-model={m}" for m in self.models]
         return cmd + self.extra_args
 
@@ -184,6 +200,7 @@ class TritonServer:
         if not self.model_repository.is_dir():
             raise RuntimeError(f"model repository not found: {self.model_repository}")
         install_stub()
+        self.operator_key, self.key_file = operator_key(self.key_file)
         with open(self.log_file, "wb") as log:  # one run per file: error tails stay unambiguous
             # New session: a terminal Ctrl-C reaches only us; we then SIGTERM the server ourselves.
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
@@ -220,6 +237,8 @@ class TritonServer:
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.key_file is not None:
+            self.key_file.unlink(missing_ok=True)  # the key dies with the server
         return p.returncode
 
     def __enter__(self) -> "TritonServer":
@@ -238,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--http-port", type=int, default=int(env.get("TRITON_HTTP_PORT", 8000)))
     ap.add_argument("--grpc-port", type=int, default=int(env.get("TRITON_GRPC_PORT", 8001)))
     ap.add_argument("--metrics-port", type=int, default=int(env.get("TRITON_METRICS_PORT", 8002)))
+    ap.add_argument("--host", default=env.get("TRITON_HOST", LOOPBACK),
+                    help="address every endpoint binds to (default: loopback; 0.0.0.0 for every interface)")
+    ap.add_argument("--operator-key-file", type=Path, help="where a generated operator key is written, owner-only "
+                    f"(default: a new temp file; unused when {OPERATOR_KEY_ENV} is set)")
     ap.add_argument("--log-file", type=Path, help="server log (default: a temp file)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     ap.add_argument("--install-stub-only", action="store_true",
@@ -249,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     server = TritonServer(args.model_repository, args.models or ["generator"], args.http_port,
-                          args.grpc_port, args.metrics_port, args.log_file)
+                          args.grpc_port, args.metrics_port, args.log_file, host=args.host,
+                          key_file=args.operator_key_file)
     stopping = False
 
     def on_signal(signum, _frame):
@@ -262,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start(args.timeout)
         print(f"tritonserver ready: models {server.models}\n  http    {server.url_http}\n"
-              f"  grpc    {server.url_grpc}\n  metrics {server.url_metrics}\n  log     {server.log_file}",
+              f"  grpc    {server.url_grpc}\n  metrics {server.url_metrics}\n  log     {server.log_file}\n"
+              f"  control APIs need the header {OPERATOR_HEADER} (gRPC: {GRPC_OPERATOR_HEADER}), "
+              + (f"key in {server.key_file}" if server.key_file else f"key from {OPERATOR_KEY_ENV}"),
               flush=True)
         rc = server.process.wait()
         print(f"tritonserver exited with code {rc}; log tail:\n{server.log_tail()}", file=sys.stderr)

@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triton-url", default=None, help="Triton gRPC host:port (default localhost:8001, or the "
                                                        "started server's)")
     ap.add_argument("--model", default="generator", help="the Triton model to front, also the OpenAI model name")
-    ap.add_argument("--host", default="0.0.0.0")
+    ap.add_argument("--host", default=env.get("OPENAI_API_HOST", "127.0.0.1"),
+                    help="address the API binds to (default loopback; 0.0.0.0 for every interface)")
     ap.add_argument("--port", type=int, default=9000)
     ap.add_argument("--log-level", default="info")
     ap.add_argument("--start-triton", action="store_true", help="start tritonserver on model_repository/ first")
