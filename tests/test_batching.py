@@ -101,7 +101,7 @@ def test_session_second_turn_prefills_only_new_tokens(tiny):
 
 def test_page_exhaustion_preempts_and_everything_completes(tiny_folder):
     # Each request needs 4 pages at full length; the pool holds 32, enough for 8 of the 64.
-    config = EngineConfig(num_gpu_pages=32, page_size=8, scheduler=SchedulerConfig(max_num_seqs=16))
+    config = EngineConfig(num_gpu_pages=32, page_size=8, max_model_len=256, scheduler=SchedulerConfig(max_num_seqs=16))
     engine = Engine(tiny_folder, config)
     try:
         requests = [GenerateRequest(prompt(i, 4), greedy(20)) for i in range(64)]
@@ -119,7 +119,7 @@ def test_page_exhaustion_preempts_and_everything_completes(tiny_folder):
 
 
 def test_high_priority_arrival_gets_first_token_within_two_steps(tiny_folder):
-    config = EngineConfig(num_gpu_pages=24, page_size=8, scheduler=SchedulerConfig(max_num_seqs=4))
+    config = EngineConfig(num_gpu_pages=24, page_size=8, max_model_len=192, scheduler=SchedulerConfig(max_num_seqs=4))
     engine = Engine(tiny_folder, config)
     try:
         low = [ScheduledGenerateArrival(0, PrioritizedGenerateRequest(GenerateRequest(prompt(i, 5), greedy(30)), Priority.LOW))

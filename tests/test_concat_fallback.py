@@ -28,7 +28,7 @@ def run_all(engine: Engine, requests) -> list[list[int]]:
 @pytest.mark.parametrize("pages", [1024, 10])
 def test_concat_fallback_matches_gqa_engine(tiny_folder, tiny_concat_folder, pages):
     # Different lengths, prompts joining and leaving mid-batch; 10 pages of 4 tokens force preemption too.
-    config = lambda: EngineConfig(num_gpu_pages=pages, page_size=4,  # noqa: E731
+    config = lambda: EngineConfig(num_gpu_pages=pages, page_size=4, max_model_len=min(512, 4 * pages),  # noqa: E731
                                   scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=7))
     requests = [GenerateRequest(p, GenerateOptions(max_new_tokens=6 + 3 * i, stop_on_eos=False))
                 for i, p in enumerate(PROMPTS)]

@@ -28,7 +28,8 @@ def text(seed: int, n: int = 20) -> str:
 def engine(folder: Path, disk: Path | None = None, pages: int = 1024, recompute: float | None = None) -> Engine:
     connector = KvConnectorConfig("local_tiered", chunk_size=CHUNK, recompute_ms_per_token=recompute,
                                   local_tiered=LocalTieredConfig(disk_path=disk))
-    return Engine(folder, EngineConfig(num_gpu_pages=pages, page_size=16, kv_connector=connector))
+    return Engine(folder, EngineConfig(num_gpu_pages=pages, page_size=16, max_model_len=min(512, 16 * pages),
+                                       kv_connector=connector))
 
 
 def greedy(prompt: str) -> GenerateRequest:

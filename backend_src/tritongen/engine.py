@@ -72,6 +72,7 @@ class EngineStats:
     decode_steps: int = 0
     prefill_calls: int = 0
     preemptions: int = 0
+    empty_steps: int = 0  # steps that ran nothing while requests waited (stays 0: no spinning)
     verify_calls: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
@@ -92,6 +93,11 @@ class Engine:
         model_folder = Path(model_folder)
         self.tokenizer = TextTokenizer(model_folder)
         self.max_len = min(self.config.max_model_len, self.tokenizer.max_position)
+        pool_tokens = self.config.num_gpu_pages * self.config.page_size
+        if pool_tokens < self.max_len:
+            raise ValueError(f"num_gpu_pages x page_size = {self.config.num_gpu_pages} x {self.config.page_size} = "
+                             f"{pool_tokens} tokens, below max_model_len {self.max_len}: a sequence of full length "
+                             "would never fit; raise num_gpu_pages or lower max_model_len")
         self.decoder = open_slot_decoder(model_folder, self.config.scheduler.max_num_seqs, self.max_len,
                                          self.config.intra_op_threads, self.config.execution_providers or None,
                                          self.config.pin_threads)
@@ -151,11 +157,7 @@ class Engine:
         limit = self.context_limit(request)
         if len(ids) >= limit:
             raise ValueError(f"prompt has {len(ids)} tokens but the context holds {limit}: no room for a new token")
-        pages = self.kv.pages_for(len(ids) + 1)
-        if pages > self.pool.num_pages:
-            raise ValueError(f"prompt has {len(ids)} tokens, more than the KV pool holds "
-                             f"({self.pool.num_pages} pages of {self.pool.page_size} tokens)")
-        return ids
+        return ids  # it fits the pool too: loading made sure the pool holds a full context
 
     def submit(self, request: GenerateRequest, on_token: TokenCallback | None = None,
                on_done: DoneCallback | None = None, priority: Priority = Priority.NORMAL,
@@ -358,7 +360,9 @@ class Engine:
         plan = sched.schedule(self.stats.steps)
         self.stats.preemptions = sched.num_preemptions
         for seq in plan.out_of_pages:
-            self._finish(seq, FinishReason.LENGTH)
+            self._finish(seq, RuntimeError("the KV page pool has no page left for this sequence"))
+        if not (plan.decode or plan.prefill) and sched.waiting:
+            self.stats.empty_steps += 1  # requests wait and nothing ran: admission is stuck
         finished: list[tuple[Sequence, FinishReason]] = []
         if plan.decode:
             self._decode(plan.decode, finished)

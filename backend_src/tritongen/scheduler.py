@@ -25,7 +25,8 @@ class StepPlan:
     decode: list[Sequence] = field(default_factory=list)
     prefill: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
     preempted: list[Sequence] = field(default_factory=list)
-    out_of_pages: list[Sequence] = field(default_factory=list)  # alone and still no page: ends with `length`
+    # Alone in the batch and still no page: only if the pool were smaller than the context, which loading refuses.
+    out_of_pages: list[Sequence] = field(default_factory=list)
 
 
 class Scheduler:
@@ -37,6 +38,7 @@ class Scheduler:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []  # index == slot
         self.num_preemptions = 0
+        self.failed_admissions = 0
         self.slot_listeners: list = []  # per-slot state beside the target's (speculative proposers)
 
     def _rank(self, seq: Sequence) -> tuple:
@@ -106,11 +108,13 @@ class Scheduler:
                     break
                 self.preempt(victim, plan)
                 continue
+            if not self.kv.admit(seq, len(self.running)):
+                self.failed_admissions += 1  # can_admit was wrong; the request keeps its place
+                break
             self.waiting.pop(0)
             seq.status = Status.RUNNING
             if seq.admitted_at is None:
                 seq.admitted_at = time.monotonic()
-            self.kv.admit(seq, len(self.running))
             self.running.append(seq)
 
     def schedule(self, step: int) -> StepPlan:

@@ -9,7 +9,7 @@ A finished session keeps its pages pinned, partial last page included.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from ..kv_slots import SlotDecoder
@@ -75,21 +75,33 @@ class KvManager:
         pages, node = self.cache.match(seq.tokens[:limit])
         return pages, len(pages) * self.page_size, node
 
-    def pages_needed(self, seq: Sequence) -> int:
-        """Pages admission must find free (beyond reused ones), with room for the first decoded token."""
+    def can_admit(self, seq: Sequence) -> bool:
+        """Whether admitting `seq` now finds every page it needs, evicting session pins if it must.
+
+        The one count admission trusts: pages it reuses are kept out of what
+        eviction would free (admission holds them), and a page held by several
+        pins frees only when all of them go. `admit` then never comes up short.
+        """
         pages, reused, source = self.reusable(seq)
         if isinstance(source, SessionPin):
-            return self.pages_for(seq.prefill_target + 1) - reused // self.page_size
-        idle_reused = sum(1 for p in pages if self.pool.is_idle_cached(p))
-        return self.pages_for(seq.prefill_target + 1) - len(pages) + idle_reused
+            held = pages[: reused // self.page_size]  # the pin's full pages pass to the sequence
+            needed = self.pages_for(seq.prefill_target + 1) - len(held)
+        else:
+            held = pages
+            idle_reused = sum(1 for p in pages if self.pool.is_idle_cached(p))  # leave the free count when held
+            needed = self.pages_for(seq.prefill_target + 1) - len(pages) + idle_reused
+        return needed <= self.pool.num_available() + self.evictable_pages(set(held))
 
-    def can_admit(self, seq: Sequence) -> bool:
-        idle_session_pages = sum(1 for pin in self.sessions.values() if pin is not self.sessions.get(seq.session_id)
-                                 for p in pin.pages if self.pool.refcount[p] == 1)
-        return self.pages_needed(seq) <= self.pool.num_available() + idle_session_pages
+    def evictable_pages(self, held: set[int] = frozenset()) -> int:
+        """Pages that evicting every session pin would hand back to the pool, apart from `held`."""
+        pins = Counter(p for pin in self.sessions.values() for p in pin.pages)
+        return sum(1 for page, n in pins.items() if page not in held and self.pool.refcount[page] == n)
 
-    def admit(self, seq: Sequence, slot: int) -> None:
-        """Place a sequence in `slot`: copy in the KV that exists, reserve pages for the rest of its prompt."""
+    def admit(self, seq: Sequence, slot: int) -> bool:
+        """Place a sequence in `slot`: copy in the KV that exists, reserve pages for the rest of its prompt.
+
+        False, with nothing held, only if `can_admit` was wrong (the engine counts it; tests expect none).
+        """
         pages, reused, source = self.reusable(seq)
         for i, page in enumerate(pages):
             start = i * self.page_size
@@ -106,12 +118,14 @@ class KvManager:
             node = source
             reused = self._fetch_from_connector(seq, slot, reused)
         seq.slot, seq.pages, seq.num_cached_pages, seq.cache_node = slot, list(pages), len(pages), node
+        if not self.reserve(seq, seq.prefill_target):
+            self._drop_pages(seq)
+            return False
         seq.num_computed = reused
         if seq.num_preemptions == 0:
             seq.prefix_hit_len = reused
         self.prefix_hit_tokens += reused
-        if not self.reserve(seq, seq.prefill_target):
-            raise RuntimeError("admission found fewer free pages than can_admit promised")
+        return True
 
     def _keys(self, seq: Sequence) -> list:
         if seq.chunk_keys is None:
@@ -161,7 +175,8 @@ class KvManager:
             seq.chunks_stored += 1
 
     def reserve(self, seq: Sequence, num_tokens: int) -> bool:
-        """Make the page table cover `num_tokens`; False (nothing held back) if the pool runs dry."""
+        """Make the page table cover `num_tokens`, evicting session pins if it must; False if the pool runs dry
+        (the pages found so far stay in the table)."""
         while len(seq.pages) < self.pages_for(num_tokens):
             page = self.pool.allocate()
             if page is None:
@@ -211,9 +226,13 @@ class KvManager:
             for page in seq.pages[kept:]:
                 self.pool.release(page, page in self.cache)
             self.sessions[seq.session_id] = SessionPin(seq.tokens[: seq.num_computed], seq.pages[:kept])
-        else:
-            for page in seq.pages:
-                self.pool.release(page, page in self.cache)
+            seq.pages = []
+        self._drop_pages(seq)
+
+    def _drop_pages(self, seq: Sequence) -> None:
+        """Release the pages the sequence still holds; it has no KV placement afterwards."""
+        for page in seq.pages:
+            self.pool.release(page, page in self.cache)
         seq.pages, seq.num_cached_pages, seq.cache_node, seq.num_computed = [], 0, None, 0
 
     def close_session(self, session_id: str) -> bool:
