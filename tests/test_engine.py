@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 import pytest
 
-from tritongen.engine import Engine, EngineStopped
-from tritongen.options import FinishReason, GenerateOptions, GenerateRequest
+from tritongen.engine import Engine, EngineOverloaded, EngineStopped
+from tritongen.options import FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest
 
+DIGITS = GenerateConstraint("regex", "[0-9]{1,8}")
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -101,3 +103,40 @@ def test_dead_engine_thread_fails_requests_instead_of_hanging(tiny_folder):
     with pytest.raises(EngineStopped):
         engine.submit(GenerateRequest("Hello"))
     engine.close()
+
+
+def test_every_submit_racing_engine_death_raises_or_is_answered(tiny_folder):
+    """Four threads submit until refused while the engine thread dies: none is accepted and then forgotten."""
+    for attempt in range(5):
+        engine = Engine(tiny_folder)
+        accepted: list[threading.Event] = []
+        refused: list[int] = []
+
+        def client() -> None:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                done = threading.Event()
+                try:
+                    # A constraint to compile widens the time between submit's first check and its queueing.
+                    engine.submit(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2, constraint=DIGITS)),
+                                  on_done=lambda result, error, done=done: done.set())
+                except EngineStopped:
+                    refused.append(1)
+                    return
+                except EngineOverloaded:  # the queue is full: back off, as a client would
+                    time.sleep(0.001)
+                    continue
+                accepted.append(done)
+
+        threads = [threading.Thread(target=client) for _ in range(4)]
+        for t in threads:
+            t.start()
+        while len(accepted) < 20 * (attempt + 1):
+            time.sleep(0.001)
+        engine.inject_fault()
+        for t in threads:
+            t.join(timeout=30)
+        assert len(refused) == 4, f"attempt {attempt}: a client was never refused"
+        unanswered = [d for d in accepted if not d.wait(5)]
+        assert not unanswered, f"attempt {attempt}: {len(unanswered)} of {len(accepted)} accepted requests unanswered"
+        engine.close()

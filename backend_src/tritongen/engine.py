@@ -122,6 +122,7 @@ class Engine:
         self._sessions_in_flight: set[str] = set()
         self._wake = threading.Condition()
         self._closing = False
+        self._stopped = False  # the engine thread has taken its last requests: submit refuses
         self.error: BaseException | None = None
         self._compiler: ConstraintCompiler | None = None
         self.masks = MaskComputer(self.vocab_size)
@@ -182,6 +183,8 @@ class Engine:
         if arrival_step is not None:
             seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
         with self._wake:
+            if self._stopped:  # checked under the lock the engine thread ends under: no request is left unanswered
+                raise EngineStopped(f"engine is not running: {self.error!r}")
             # Not yet admitted, beyond what the free batch slots take at the next step.
             free_slots = self.config.scheduler.max_num_seqs - len(self.scheduler.running)
             waiting = len(self._live) - len(self.scheduler.running) - max(free_slots, 0)
@@ -323,6 +326,7 @@ class Engine:
         finally:
             reason = self.error or EngineStopped("engine closed")
             with self._wake:
+                self._stopped = True
                 pending = list(self._live.values())
             for seq in pending:
                 self._notify(seq, None, reason)

@@ -20,9 +20,14 @@ from typing import Callable
 
 
 class SendThread:
-    def __init__(self, on_error: Callable[[BaseException], None], name: str = "tritongen-send"):
+    """Runs jobs in order; a job's Exception is reported and the next job runs. Anything that ends the thread
+    otherwise is handed to `on_death`, on this thread, as its last act: the jobs still queued will never run."""
+
+    def __init__(self, on_error: Callable[[BaseException], None], name: str = "tritongen-send",
+                 on_death: Callable[[BaseException], None] = lambda exc: None):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._on_error = on_error
+        self._on_death = on_death
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -34,12 +39,19 @@ class SendThread:
         self._jobs.put(None)
         self._thread.join(timeout)
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            try:
-                job()
-            except Exception as exc:  # noqa: BLE001 - one failed send must not stop the others
-                self._on_error(exc)
+        try:
+            while (job := self._jobs.get()) is not None:
+                try:
+                    job()
+                except Exception as exc:  # noqa: BLE001 - one failed send must not stop the others
+                    self._on_error(exc)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and the like: the owner must know
+            self._on_death(exc)
 
 
 class StepBatch:

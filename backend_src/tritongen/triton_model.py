@@ -34,6 +34,10 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _CANCEL_CHECK_SECONDS = 0.25
 
 
+def _exit_thread() -> None:
+    raise SystemExit("injected response thread exit")
+
+
 class ClientCancelled(Exception):
     """Raised inside a token callback when Triton reports the request cancelled."""
 
@@ -57,8 +61,10 @@ class _Stream:
     """One request's response side: buffers ids until they carry text."""
 
     def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics,
-                 sending: StepBatch, wanted: set[str], interval: int):
+                 sending: StepBatch, wanted: set[str], interval: int, on_closed=lambda stream: None):
         self.sender = sender
+        self.on_closed = on_closed  # called once the final response or error went out
+        self.closed = False  # the final response went out (send thread only)
         self.interval = interval  # new tokens per streamed response (stream_interval)
         self.wanted = wanted  # output names the client requested
         self.sending = sending
@@ -146,7 +152,8 @@ class _Stream:
 
     def check_due(self, now: float) -> bool:
         """Engine thread: whether to queue a check_cancelled now (and note that one is queued)."""
-        due = not self.check_queued and not self.cancelled and now - self.checked_at >= _CANCEL_CHECK_SECONDS
+        due = (not self.check_queued and not self.cancelled and not self.finished
+               and now - self.checked_at >= _CANCEL_CHECK_SECONDS)
         if due:
             self.check_queued, self.checked_at = True, now
         return due
@@ -163,7 +170,7 @@ class _Stream:
         """Send thread: every complete token produced since the last response."""
         with self.pending:
             self.piece_queued = False
-            if self.finished:
+            if self.finished or self.closed:
                 return
             text, ids, logprobs = self._take(self.ready)
         if self.cancelled:
@@ -178,24 +185,38 @@ class _Stream:
             self.finished = True
         self.sending.put(partial(self._send_final, result, error))
 
+    def abort(self, message: str) -> None:
+        """Send thread, or a dying one as its last act: end the request with an error unless it has ended."""
+        if self.closed:
+            return
+        if self.handle is not None:
+            self.handle.cancel()
+        self._close(_error(message, "UNAVAILABLE"))
+
+    def _close(self, response=None) -> None:
+        self.closed = True
+        self.on_closed(self)
+        self.sender.send(response, flags=FINAL)
+
     def _send_final(self, result: GenerateResult | None, error: BaseException | None) -> None:
+        if self.closed:  # aborted when a response thread died
+            return
         with self.pending:
             text, ids, logprobs = self._take(len(self.ids))
         if isinstance(error, ClientCancelled) or (result is not None and result.finish_reason == FinishReason.CANCELLED):
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
-            self.sender.send(flags=FINAL)
+            self._close()
         elif error is not None:
             code = "UNAVAILABLE" if isinstance(error, EngineStopped) else "INTERNAL"
-            self.sender.send(_error(f"generation failed: {error}", code), flags=FINAL)
+            self._close(_error(f"generation failed: {error}", code))
         elif not self.parsed.mode.stream:
             text = result.text
             if not self.parsed.mode.exclude_input_in_output:
                 prompt = self.parsed.prompt_text
                 text = (prompt if prompt is not None else self.tokenizer.decode(self.prompt_ids)) + text
-            self.sender.send(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []),
-                             flags=FINAL)
+            self._close(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []))
         else:
-            self.sender.send(self.response(text, ids, result.finish_reason, logprobs), flags=FINAL)
+            self._close(self.response(text, ids, result.finish_reason, logprobs))
 
 
 class TritonPythonModel:
@@ -212,15 +233,17 @@ class TritonPythonModel:
         self.output_names = {o["name"] for o in self.model_config["output"]}
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
-        self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"))
+        self.broken: str | None = None  # why the model can no longer answer (a response thread died)
+        self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"),
+                                  on_death=partial(self._thread_died, "response"))
         self.observing = SendThread(lambda exc: pb_utils.Logger.log_error(f"a metric update failed: {exc!r}"),
-                                    name="tritongen-metrics")
+                                    name="tritongen-metrics", on_death=partial(self._thread_died, "metrics"))
         # What the engine thread queues during a step, handed to those threads as the step ends (on_step),
         # or as the engine thread stops (on_death, finalize).
         self.step_sends, self.step_observations = StepBatch(self.sending), StepBatch(self.observing)
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]},
                                         self.step_sends.put, self.step_observations.put)
-        self._streams: set[_Stream] = set()  # submitted, not finished
+        self._streams: set[_Stream] = set()  # accepted, final response not sent yet
         self._streams_lock = threading.Lock()
         self.engine.on_step = self._on_step
         self.engine.on_death = self._report_unhealthy
@@ -244,8 +267,8 @@ class TritonPythonModel:
                     tensors[name] = tensor.as_numpy()
             raw_params = request.parameters()
             parameters = json.loads(raw_params) if raw_params else {}
-            if self.fault_injection and parameters.pop("tritongen_fault", None) == "engine_crash":
-                self.engine.inject_fault()  # tests only: TRITONGEN_FAULT_INJECTION=1 in the server's environment
+            if self.fault_injection:  # tests only: TRITONGEN_FAULT_INJECTION=1 in the server's environment
+                self._inject(parameters.pop("tritongen_fault", None))
             parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat)
             try:
                 prompt_ids = self.engine.tokenize_prompt(parsed.request)
@@ -253,8 +276,10 @@ class TritonPythonModel:
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.step_sends,
                              set(request.requested_output_names()) or self.output_names,
-                             parsed.mode.stream_interval or self.stream_interval)
+                             parsed.mode.stream_interval or self.stream_interval, self._closed)
             with self._streams_lock:
+                if self.broken:
+                    raise EngineStopped(self.broken)
                 self._streams.add(stream)
             try:
                 stream.handle = self.engine.submit(
@@ -273,9 +298,18 @@ class TritonPythonModel:
         except (EngineOverloaded, EngineStopped) as exc:
             sender.send(_error(str(exc), "UNAVAILABLE"), flags=FINAL)
 
-    def _done(self, stream: _Stream, result: GenerateResult | None, error: BaseException | None) -> None:
+    def _closed(self, stream: _Stream) -> None:
         with self._streams_lock:
             self._streams.discard(stream)
+
+    def _inject(self, fault: str | None) -> None:
+        """Tests only: make the engine thread or the response thread die, to prove each is noticed."""
+        if fault == "engine_crash":
+            self.engine.inject_fault()
+        elif fault == "send_thread_exit":
+            self.sending.put(_exit_thread)
+
+    def _done(self, stream: _Stream, result: GenerateResult | None, error: BaseException | None) -> None:
         self.metrics.engine_stepped(self.engine, force=True)  # published before the final response goes out
         stream.on_done(result, error)
 
@@ -295,13 +329,35 @@ class TritonPythonModel:
         self.step_observations.flush()
 
     def _report_unhealthy(self, error: BaseException) -> None:
-        """The engine thread died: every request got an error; unload so Triton reports the model not ready.
-
-        (The python backend of Triton 2.51 has no readiness hook; unloading itself through the model
-        control API is how a model says it cannot serve.)
-        """
+        """The engine thread died: every request got an error; unload so Triton reports the model not ready."""
         pb_utils.Logger.log_error(f"generator engine thread died: {error!r}; unloading the model")
         self._flush_step()  # every request's error response
+        self._unload()
+
+    def _thread_died(self, name: str, error: BaseException) -> None:
+        """A response thread died (on that thread): refuse new requests, end every open one with an error, unload.
+
+        The response thread's queued jobs will never run, so it answers every open request itself as its last
+        act; the metrics thread's death leaves that to the response thread, behind what it already holds.
+        """
+        message = f"the generator's {name} thread stopped ({error!r}); the model is unloading"
+        pb_utils.Logger.log_error(message)
+        with self._streams_lock:
+            self.broken = message
+            streams = list(self._streams)
+        for stream in streams:
+            if name == "response":
+                try:
+                    stream.abort(message)
+                except Exception as exc:  # noqa: BLE001 - the next request must still be answered
+                    pb_utils.Logger.log_error(f"could not end a request: {exc!r}")
+            else:
+                self.sending.put(partial(stream.abort, message))
+        self._unload()
+
+    def _unload(self) -> None:
+        """Triton 2.51's python backend has no readiness hook: unloading itself through the model control API
+        is how a model says it cannot serve."""
 
         def unload() -> None:
             try:
