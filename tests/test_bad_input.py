@@ -299,6 +299,7 @@ CASES = [
     Case("sampling_top_p_overflows", sp(top_p="1e400"), "top_p"),
     Case("sampling_max_tokens_a_list", sp(max_tokens=[3]), "sampling_parameters.max_tokens"),
     Case("sampling_max_tokens_null", sp(max_tokens=None), "sampling_parameters.max_tokens"),
+    Case("sampling_max_tokens_1e30", sp(max_tokens=1e30), "sampling_parameters.max_tokens"),
     Case("sampling_max_tokens_fraction", sp(max_tokens=2.5), "sampling_parameters.max_tokens"),
     Case("sampling_seed_negative", sp(seed=-1), "seed"),
     Case("sampling_seed_above_64_bits", sp(seed=2**64), "seed"),
@@ -338,6 +339,27 @@ CASES = [
          "guided_decoding_guide"),
     Case("lark_invalid", {**HI, "guided_decoding_guide_type": text("lark"),
                           "guided_decoding_guide": text("start: foo")}, "guided_decoding_guide"),
+    # limits and ranges, each checked before the work it bounds
+    Case("end_id_outside_vocabulary", {**HI, "end_id": I32(10**9), "min_length": I32(2)}, "end_id"),
+    Case("frequency_penalty_above_2", {**HI, "frequency_penalty": F32(2.5)}, "frequency_penalty"),
+    Case("presence_penalty_below_minus_2", {**HI, "presence_penalty": F32(-3.0)}, "presence_penalty"),
+    Case("stop_words_too_many", {**HI, "stop_words": text(*["s"] * 33)}, "stop_words"),
+    Case("stop_word_too_long", {**HI, "stop_words": text("x" * 300)}, "stop_words"),
+    Case("sampling_stop_too_many", sp(stop=["s"] * 40), "stop words"),
+    Case("sampling_stop_token_ids_too_many", sp(stop_token_ids=list(range(100))), "stop_token_ids"),
+    Case("sampling_stop_token_id_outside_vocabulary", sp(stop_token_ids=[10**6]), "stop_token_ids"),
+    Case("session_id_too_long", {**HI, "session_id": text("s" * 300)}, "session_id"),
+    Case("speculative_ngram_huge", {**HI, "speculative": text('{"mode": "prompt_lookup", "ngram": 100000}')},
+         "speculative.ngram"),
+    Case("sampling_parameters_nested_5000_deep", {**HI, "sampling_parameters": text("[" * 5000 + "]" * 5000)},
+         "sampling_parameters"),
+    Case("sampling_parameters_5000_digit_integer", {**HI, "sampling_parameters": text('{"seed": ' + "9" * 5000 + "}")},
+         "sampling_parameters"),
+    Case("messages_nested_5000_deep", {"messages": text("[" * 5000 + "]" * 5000)}, "messages"),
+    Case("messages_lone_surrogate", {"messages": text('[{"role": "user", "content": "\\ud800"}]')}, "messages"),
+    Case("messages_too_many", {"messages": text(json.dumps([{"role": "user", "content": "hi"}] * 2000))}, "messages"),
+    Case("guide_too_long", {**HI, "guided_decoding_guide_type": text("regex"), "guided_decoding_guide": text("a" * 200000)},
+         "guided_decoding_guide"),
     # request parameters (gRPC parameters; top-level JSON keys that are not inputs over HTTP)
     Case("parameter_min_tokens_a_word", HI, "parameter min_tokens", parameters={"min_tokens": "many"}),
     Case("parameter_unknown", HI, "frobnicate_param", parameters={"frobnicate_param": 1}),
@@ -415,12 +437,14 @@ def test_malformed_request_over_http(server, case):
 NEAR_LIMIT = {"input_ids": [28] * 250}
 ACCEPTED = [
     ("max_tokens_int32_max", {**NEAR_LIMIT, "max_tokens": 2**31 - 1}, "length"),
-    ("sampling_max_tokens_1e30", {**NEAR_LIMIT, "sampling_parameters": json.dumps({"max_tokens": 1e30})}, "length"),
     ("top_k_int32_max", {"text_input": "Hello", "max_tokens": 3, "top_k": 2**31 - 1, "temperature": 0.7,
                          "seed": 1}, "max_tokens"),
     ("temperature_3e38", {"text_input": "Hello", "max_tokens": 3, "temperature": 3e38, "seed": 1}, "max_tokens"),
     ("min_length_huge", {"text_input": "Hello", "max_tokens": 3, "min_length": 2**31 - 1}, "max_tokens"),
-    ("end_id_outside_vocabulary", {"text_input": "Hello", "max_tokens": 3, "end_id": 10**9}, "max_tokens"),
+    ("temperature_subnormal_is_greedy", {"text_input": "Hello", "max_tokens": 3, "temperature": 1e-40}, "max_tokens"),
+    ("repetition_penalty_3e38", {"text_input": "Hello", "max_tokens": 3, "repetition_penalty": 3e38,
+                                 "temperature": 0.7, "seed": 1, "return_log_probs": True, "top_logprobs": 3},
+     "max_tokens"),
 ]
 
 
@@ -443,3 +467,22 @@ def test_server_healthy_and_no_page_held_afterwards(server):
     m = wait_idle(server)
     assert m["tritongen:kv_pages_used"] == server.pages_before, m
     assert m["tritongen:kv_pages_free"] + m["tritongen:kv_pages_used"] == 64
+
+
+@pytest.mark.parametrize("via", ["http", "grpc"])
+def test_a_64_mib_prompt_is_refused_before_any_work(server, via):
+    """Sized before it is decoded or tokenized: refused at once, naming the field and the setting."""
+    prompt = "word " * ((64 << 20) // 5)
+    body = json.dumps({"text_input": prompt, "max_tokens": 2}).encode()  # encoded before the clock starts
+    start = time.monotonic()
+    if via == "http":
+        status, body = generate(server, body)
+        error = json.loads(body)["error"]
+        assert status == 400
+    else:
+        (_, error), = grpc_request(server, {"text_input": text(prompt)})
+        error = str(error)
+    elapsed = time.monotonic() - start
+    print(f"{via}: refused in {elapsed:.2f}s: {error}")
+    assert "text_input" in error and "max_prompt_bytes" in error
+    assert elapsed < 1.0

@@ -6,6 +6,7 @@ import pytest
 
 from tritongen.options import GenerateOptions
 from tritongen.request_inputs import RequestError, parse_request
+from tritongen.request_limits import RequestLimits
 
 
 def s(text):  # a STRING input as Triton gives it: object array of bytes, shape [1]
@@ -215,3 +216,19 @@ def test_float_options_reach_the_request():
     o = parse(sampling={"top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1, "frequency_penalty": 0.5,
                         "presence_penalty": -0.25}).request.options
     assert (o.top_p, o.min_p, o.repetition_penalty, o.frequency_penalty, o.presence_penalty) == (0.9, 0.05, 1.1, 0.5, -0.25)
+
+
+def test_sizes_are_checked_before_the_chat_is_rendered_or_anything_tokenized():
+    rendered = []
+    render = lambda messages: rendered.append(messages) or "x"  # noqa: E731
+    limits = RequestLimits(max_prompt_bytes=1000)
+    big_chat = json.dumps([{"role": "user", "content": "y" * 2000}]).encode()
+    with pytest.raises(RequestError, match=r"messages is \d+ bytes, over the limit of 1000 \(generator setting max_prompt_bytes\)"):
+        parse_request({"messages": np.array([big_chat], np.object_)}, {}, {}, render, limits)
+    with pytest.raises(RequestError, match="text_input is 2000 bytes"):
+        parse_request({"text_input": np.array([b"z" * 2000], np.object_)}, {}, {}, render, limits)
+    with pytest.raises(RequestError, match="input_ids has 300 tokens but the context holds 256"):
+        parse_request({"input_ids": np.ones(300, np.int64)}, {}, {}, render, RequestLimits(context=256))
+    assert rendered == []  # and parse_request never tokenizes: the engine does, after it
+    parse_request({"messages": np.array([b'[{"role": "user", "content": "hi"}]'], np.object_)}, {}, {}, render, limits)
+    assert len(rendered) == 1  # the spy works

@@ -14,10 +14,16 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
-from llguidance import LLExecutor, LLMatcher, LLTokenizer, grammar_from
+from llguidance import LLExecutor, LLMatcher, LLParserLimits, LLTokenizer, grammar_from
 from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask_par
 
 from .options import GenerateConstraint
+
+# What one grammar may cost, in llguidance's own units: compiling (lexer fuel ~50k/ms, grammar symbols),
+# each token's mask (fuel ~14k/ms, Earley items ~20k/ms) and memory (lexer states, 1-2 kB each). Errors
+# stay terse: verbose ones would echo parser state back to the client.
+LIMITS = dict(max_items_in_row=2000, initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000, step_max_items=50_000,
+              max_lexer_states=50_000, max_grammar_size=100_000, verbose_errors=False)
 
 _ANY_JSON = {"anyOf": [{"type": "object"}, {"type": "array"}, {"type": "string"}, {"type": "number"},
                        {"type": "boolean"}, {"type": "null"}]}
@@ -40,7 +46,7 @@ class ConstraintCompiler:
                 grammar = grammar_from(constraint.kind, constraint.text)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"invalid {constraint.kind} constraint: {exc}") from None
-        matcher = LLMatcher(self.tokenizer, grammar, log_level=0)
+        matcher = LLMatcher(self.tokenizer, grammar, log_level=0, limits=LLParserLimits(**LIMITS))
         if matcher.is_error():
             raise ValueError(f"invalid {constraint.kind} constraint: {matcher.get_error().strip()}")
         return matcher

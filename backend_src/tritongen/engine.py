@@ -145,6 +145,17 @@ class Engine:
             limit = min(limit, request.options.max_context)
         return limit
 
+    def check_options(self, options) -> None:
+        """Checks that need the model: token ids the options name must be in its vocabulary."""
+        eos = options.eos_token_id
+        if eos is not None and not 0 <= eos < self.vocab_size:
+            raise ValueError(f"end_id (eos_token_id) {eos} is outside the vocabulary [0, {self.vocab_size})")
+        for i, stop in enumerate(options.stop_sequences):
+            bad = next((t for t in stop if not 0 <= t < self.vocab_size), None) if not isinstance(stop, str) else None
+            if bad is not None:
+                raise ValueError(f"stop_token_ids: stop sequence {i} holds {bad}, outside the vocabulary "
+                                 f"[0, {self.vocab_size})")
+
     def tokenize_prompt(self, request: GenerateRequest) -> list[int]:
         """Validate a request and return its prompt ids; raises ValueError for the caller."""
         request.options.validate()
@@ -166,6 +177,7 @@ class Engine:
                arrival_step: int | None = None) -> RequestHandle:
         if not self.alive:
             raise EngineStopped(f"engine is not running: {self.error!r}")
+        self.check_options(request.options)
         ids = self.tokenize_prompt(request)
         options = request.options
         matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None

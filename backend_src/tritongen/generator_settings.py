@@ -13,6 +13,7 @@ from .kv.connector import CachePriority
 from .kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig
 from .kv.local_tiered import LocalTieredConfig
 from .options import EngineConfig, GenerateOptions, SchedulerConfig
+from .request_limits import RequestLimits
 from .speculative.head_config import load_head
 from .speculative.modes import SpeculativeMode
 
@@ -23,11 +24,13 @@ class GeneratorSettings:
     engine: EngineConfig
     defaults: dict
     stream_interval: int = 1  # a streaming response holds at least this many new tokens (the last one fewer)
+    limits: RequestLimits = RequestLimits()
 
 
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
              "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
-             "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval")
+             "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval",
+             *RequestLimits.settings())
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
                                             "speculative_mode", "mtp_kv_mode", "kv_cache_dtype", "kv_connector",
@@ -87,11 +90,16 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         engine.shared_kv = load_head(folders["shared_kv_head"], k)
     engine.kv_connector = _connector(params, ints, repository)
     engine.validate()
+    limits = RequestLimits(**{key: ints[key] for key in RequestLimits.settings() if key in ints})
+    small = [key for key in RequestLimits.settings() if getattr(limits, key) < 1]
+    if small:
+        raise ValueError(f"generator parameter(s) must be at least 1: {', '.join(small)}")
     return GeneratorSettings(
         target_model=params.get("target_model", "").strip() or "target_gqa",
         engine=engine,
         defaults={"max_tokens": ints.get("default_max_tokens", GenerateOptions.max_new_tokens)},
         stream_interval=stream_interval,
+        limits=limits,
     )
 
 

@@ -2,7 +2,9 @@
 
 Precedence: an input tensor, then a `sampling_parameters` key, then a
 request parameter, then the generator's configured default. Every error
-names the field. No Triton import: tensors arrive here as numpy arrays.
+names the field, and every size is checked against the request limits
+before the value is decoded, parsed or tokenized. No Triton import: tensors
+arrive here as numpy arrays.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .options import CONSTRAINT_KINDS, GenerateConstraint, GenerateOptions, GenerateRequest, Priority
+from .sampling import MIN_TEMPERATURE
+from .request_limits import RequestError, RequestLimits, check_bytes, check_count, check_text, load_json
 from .speculative.modes import SpeculativeMode
 
 PROMPT_INPUTS = ("text_input", "input_ids", "messages")
@@ -36,11 +40,9 @@ _SAMPLING_KEYS = {
     "frequency_penalty", "presence_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
     "guided_decoding",
 }
-_TENSOR_ONLY_LISTS = {"stop_words"}
-
-
-class RequestError(ValueError):
-    """A client error in one request; the message names the field."""
+# OpenAI's ranges, which vLLM keeps too.
+_PENALTY_RANGE = (-2.0, 2.0)
+MAX_DRAFT_TOKENS = 16
 
 
 @dataclass
@@ -80,6 +82,8 @@ def _coerce(name: str, kind: str, value):
         if kind == _INT:
             number = value
             if isinstance(value, str):  # exact for 64-bit integers; "16.0" and "1e3" via float
+                if len(value) > 64:
+                    raise ValueError
                 try:
                     number = int(value.strip())
                 except ValueError:
@@ -88,13 +92,15 @@ def _coerce(name: str, kind: str, value):
                 if not math.isfinite(number) or number != int(number):
                     raise ValueError
                 number = int(number)
-            if not isinstance(number, int):
+            if not isinstance(number, int) or not -2**63 <= number < 2**64:
                 raise ValueError
             return number
         number = float(value)
         return number
     except (ValueError, TypeError, OverflowError):
-        raise RequestError(f"{name} must be {'an integer' if kind == _INT else 'a number' if kind == _FLOAT else 'a boolean'}, got {value!r}") from None
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        what = "an integer that fits in 64 bits" if kind == _INT else "a number" if kind == _FLOAT else "a boolean"
+        raise RequestError(f"{name} must be {what}, got {shown}") from None
 
 
 def _scalar_tensor(name: str, array: np.ndarray):
@@ -103,27 +109,30 @@ def _scalar_tensor(name: str, array: np.ndarray):
     return array.reshape(-1)[0]
 
 
-def _text(name: str, value) -> str:
+def _text(name: str, value, limit: int | None = None, setting: str = "") -> str:
+    """A tensor's or parameter's string, its size checked against `limit` before it is decoded."""
+    if limit is not None and isinstance(value, (bytes, str)):
+        size = len(value) if isinstance(value, bytes) else len(value.encode("utf-8", "surrogatepass"))
+        check_bytes(name, size, limit, setting)
     if isinstance(value, bytes):
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise RequestError(f"{name} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     if isinstance(value, str):
+        check_text(name, value)
         return value
     raise RequestError(f"{name} must be a string")
 
 
-def _sampling_parameters(tensors: dict) -> dict:
+def _sampling_parameters(tensors: dict, limits: RequestLimits) -> dict:
     if "sampling_parameters" not in tensors:
         return {}
-    raw = _text("sampling_parameters", _scalar_tensor("sampling_parameters", tensors["sampling_parameters"]))
+    raw = _text("sampling_parameters", _scalar_tensor("sampling_parameters", tensors["sampling_parameters"]),
+                limits.max_json_bytes, "max_json_bytes")
     if not raw.strip():
         return {}
-    try:
-        params = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"sampling_parameters is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    params = load_json("sampling_parameters", raw, limits)
     if not isinstance(params, dict):
         raise RequestError("sampling_parameters must be a JSON object")
     unknown = sorted(set(params) - _SAMPLING_KEYS)
@@ -132,13 +141,11 @@ def _sampling_parameters(tensors: dict) -> dict:
     return params
 
 
-def _messages(raw: str) -> list[dict]:
-    try:
-        messages = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"messages is not valid JSON: {exc.msg} at position {exc.pos}") from None
+def _messages(raw: str, limits: RequestLimits) -> list[dict]:
+    messages = load_json("messages", raw, limits)
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty JSON list of {role, content} objects")
+    check_count("messages", len(messages), limits.max_chat_messages, "max_chat_messages", "messages")
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise RequestError(f"messages[{i}] must be an object with string 'role' and 'content'")
@@ -153,9 +160,62 @@ def _string_list(name: str, value) -> list[str]:
     raise RequestError(f"{name} must be a string or a list of strings")
 
 
-def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: dict, render_chat) -> ParsedRequest:
+def _stops(tensors: dict, sampling: dict, parameters: dict, limits: RequestLimits) -> list:
+    """Text stops (stop_words, then sampling_parameters.stop or parameter stop) and token-id stops, bounded."""
+    stops: list = []
+    if "stop_words" in tensors:
+        words = tensors["stop_words"].reshape(-1)
+        check_count("stop_words", words.size, limits.max_stop_words, "max_stop_words", "stop words")
+        stops += [_text("stop_words", w, limits.max_stop_word_bytes, "max_stop_word_bytes") for w in words]
+    if "stop" in sampling:
+        stops += _string_list("sampling_parameters.stop", sampling["stop"])
+    elif "stop" in parameters:
+        stops += _string_list("parameter stop", parameters["stop"])
+    check_count("stop words", len(stops), limits.max_stop_words, "max_stop_words", "stop strings")
+    for i, s in enumerate(stops):
+        if s == "":
+            raise RequestError(f"stop word {i} is empty")
+        check_bytes(f"stop word {i}", len(s.encode("utf-8")), limits.max_stop_word_bytes, "max_stop_word_bytes")
+    token_stops = sampling.get("stop_token_ids", parameters.get("stop_token_ids", []))
+    if not isinstance(token_stops, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in token_stops):
+        raise RequestError("stop_token_ids must be a list of integers")
+    check_count("stop_token_ids", len(token_stops), limits.max_stop_token_ids, "max_stop_token_ids", "ids")
+    return stops + [(t,) for t in token_stops]
+
+
+def _prompt(tensors: dict, render_chat, limits: RequestLimits) -> tuple:
+    """(prompt as text or ids, its text or None, the input that held it); sizes checked before any work."""
+    given = [name for name in PROMPT_INPUTS if name in tensors]
+    if not given:
+        raise RequestError("request needs a prompt: one of text_input, input_ids or messages")
+    if len(given) > 1:
+        raise RequestError(f"give only one prompt input, got {', '.join(given)}")
+    if "input_ids" in tensors:
+        ids = tensors["input_ids"].reshape(-1)
+        if ids.size == 0:
+            raise RequestError("input_ids must not be empty")
+        if ids.size >= limits.context:
+            raise RequestError(f"input_ids has {ids.size} tokens but the context holds {limits.context}: "
+                               "no room for a new token")
+        return [int(i) for i in ids], None, "input_ids"
+    if "messages" in tensors:
+        raw = _text("messages", _scalar_tensor("messages", tensors["messages"]), limits.max_prompt_bytes,
+                    "max_prompt_bytes")
+        prompt = render_chat(_messages(raw, limits))
+        check_bytes("messages (rendered with the chat template)", len(prompt.encode("utf-8")),
+                    limits.max_prompt_bytes, "max_prompt_bytes")
+        return prompt, prompt, "messages"
+    prompt = _text("text_input", _scalar_tensor("text_input", tensors["text_input"]), limits.max_prompt_bytes,
+                   "max_prompt_bytes")
+    if not prompt:
+        raise RequestError("text_input must not be empty")
+    return prompt, prompt, "text_input"
+
+
+def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: dict, render_chat,
+                  limits: RequestLimits = RequestLimits()) -> ParsedRequest:
     """Build the engine request; `render_chat(messages)` comes from the model's tokenizer."""
-    sampling = _sampling_parameters(tensors)
+    sampling = _sampling_parameters(tensors, limits)
     known_params = set(_SCALARS) | _SAMPLING_KEYS | _STRINGS
     unknown = sorted(k for k in parameters if k not in known_params and not k.startswith("triton_"))
     if unknown:
@@ -173,24 +233,7 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
                 return _coerce(f"parameter {key}", kind, parameters[key])
         return defaults.get(name)
 
-    given = [name for name in PROMPT_INPUTS if name in tensors]
-    if not given:
-        raise RequestError("request needs a prompt: one of text_input, input_ids or messages")
-    if len(given) > 1:
-        raise RequestError(f"give only one prompt input, got {', '.join(given)}")
-    if "input_ids" in tensors:
-        ids = tensors["input_ids"].reshape(-1)
-        if ids.size == 0:
-            raise RequestError("input_ids must not be empty")
-        prompt = [int(i) for i in ids]
-        prompt_text = None
-    elif "messages" in tensors:
-        raw = _text("messages", _scalar_tensor("messages", tensors["messages"]))
-        prompt = prompt_text = render_chat(_messages(raw))
-    else:
-        prompt = prompt_text = _text("text_input", _scalar_tensor("text_input", tensors["text_input"]))
-        if not prompt:
-            raise RequestError("text_input must not be empty")
+    prompt, prompt_text, prompt_field = _prompt(tensors, render_chat, limits)
 
     options = GenerateOptions()
     max_tokens = get("max_tokens", _INT)
@@ -202,12 +245,16 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     if temperature is not None:
         if not math.isfinite(temperature) or temperature < 0:
             raise RequestError(f"temperature must be finite and non-negative, got {temperature}")
-        options.temperature = temperature if temperature > 0 else 1.0
-        options.greedy = temperature == 0
+        options.greedy = temperature < MIN_TEMPERATURE
+        options.temperature = 1.0 if options.greedy else temperature
     for name in ("top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
         value = get(name, _FLOAT)
         if value is not None:
             setattr(options, name, value)
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = getattr(options, name)
+        if not _PENALTY_RANGE[0] <= value <= _PENALTY_RANGE[1]:
+            raise RequestError(f"{name} must be between {_PENALTY_RANGE[0]:g} and {_PENALTY_RANGE[1]:g}, got {value}")
     top_k = get("top_k", _INT)
     if top_k is not None:
         if top_k < -1:
@@ -232,20 +279,7 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     if get("ignore_eos", _BOOL):
         options.stop_on_eos = False
 
-    stops: list = []
-    if "stop_words" in tensors:
-        stops += [_text("stop_words", w) for w in tensors["stop_words"].reshape(-1)]
-    if "stop" in sampling:
-        stops += _string_list("sampling_parameters.stop", sampling["stop"])
-    elif "stop" in parameters:
-        stops += _string_list("parameter stop", parameters["stop"])
-    for i, s in enumerate(stops):
-        if s == "":
-            raise RequestError(f"stop word {i} is empty")
-    token_stops = sampling.get("stop_token_ids", parameters.get("stop_token_ids", []))
-    if not isinstance(token_stops, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in token_stops):
-        raise RequestError("stop_token_ids must be a list of integers")
-    options.stop_sequences = stops + [(t,) for t in token_stops]
+    options.stop_sequences = _stops(tensors, sampling, parameters, limits)
 
     top_logprobs = get("top_logprobs", _INT, "logprobs")
     if top_logprobs is not None or get("return_log_probs", _BOOL):
@@ -254,12 +288,14 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
             raise RequestError(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
         options.top_logprobs = top_logprobs
 
-    options.constraint, constraint_field = _constraint(tensors, sampling, parameters)
-    options.speculative_mode = _speculative(_string_option("speculative", tensors, parameters))
+    options.constraint, constraint_field = _constraint(tensors, sampling, parameters, limits)
+    options.speculative_mode = _speculative(_string_option("speculative", tensors, parameters, limits.max_json_bytes,
+                                                           "max_json_bytes"),
+                                            limits)
     num_draft = get("num_draft_tokens", _INT)
     if num_draft is not None:
-        if not 1 <= num_draft <= 16:
-            raise RequestError(f"num_draft_tokens must be between 1 and 16, got {num_draft}")
+        if not 1 <= num_draft <= MAX_DRAFT_TOKENS:
+            raise RequestError(f"num_draft_tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {num_draft}")
         options.num_speculative_tokens = num_draft
     try:
         options.validate()
@@ -273,27 +309,28 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
         exclude_input_in_output=bool(get("exclude_input_in_output", _BOOL)),
         stream_interval=stream_interval,
     )
-    priority_name = _string_option("priority", tensors, parameters)
+    priority_name = _string_option("priority", tensors, parameters, 64)
     priority = Priority.NORMAL
     if priority_name is not None:
         try:
             priority = Priority[priority_name.upper()]
         except KeyError:
             raise RequestError(f"priority must be low, normal or high, got {priority_name!r}") from None
-    session_id = _string_option("session_id", tensors, parameters)
+    session_id = _string_option("session_id", tensors, parameters, limits.max_session_id_bytes, "max_session_id_bytes")
     if session_id is not None and not session_id:
         raise RequestError("session_id must not be empty")
     end_session = bool(get("end_session", _BOOL))
     if end_session and session_id is None:
         raise RequestError("end_session needs a session_id")
     return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text, priority, session_id, end_session,
-                         given[0], constraint_field)
+                         prompt_field, constraint_field)
 
 
-def _constraint(tensors: dict, sampling: dict, parameters: dict) -> tuple[GenerateConstraint | None, str | None]:
+def _constraint(tensors: dict, sampling: dict, parameters: dict,
+                limits: RequestLimits) -> tuple[GenerateConstraint | None, str | None]:
     """guided_decoding_guide_type + guided_decoding_guide, or sampling_parameters.guided_decoding; and its field."""
-    kind = _string_option("guided_decoding_guide_type", tensors, parameters)
-    guide = _string_option("guided_decoding_guide", tensors, parameters)
+    kind = _string_option("guided_decoding_guide_type", tensors, parameters, 64)
+    guide = _string_option("guided_decoding_guide", tensors, parameters, limits.max_guide_bytes, "max_guide_bytes")
     guided = sampling.get("guided_decoding")
     if kind is not None and guided is not None:
         raise RequestError("give guided_decoding_guide_type or sampling_parameters.guided_decoding, not both")
@@ -319,13 +356,17 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict) -> tuple[Genera
     key = given[0]
     value = guided[key]
     field = f"sampling_parameters.guided_decoding.{key}"
+    if key == "json" and not isinstance(value, str):
+        value = json.dumps(value)
+    size = len(value.encode("utf-8")) if isinstance(value, str) else len(json.dumps(value))
+    check_bytes(field, size, limits.max_guide_bytes, "max_guide_bytes")
     try:
         if key == "choice":
             return GenerateConstraint.choice(value), field
         if key == "json_object":
             return GenerateConstraint("json"), field
         if key == "json":
-            return GenerateConstraint("json_schema", value if isinstance(value, str) else json.dumps(value)), field
+            return GenerateConstraint("json_schema", value), field
         if not isinstance(value, str):
             raise ValueError(f"{key} must be a string")
         return GenerateConstraint(_GUIDED_KEYS[key], value), field
@@ -333,23 +374,23 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict) -> tuple[Genera
         raise RequestError(f"sampling_parameters.guided_decoding.{key}: {exc}") from None
 
 
-def _speculative(raw: str | None) -> SpeculativeMode | None:
+def _speculative(raw: str | None, limits: RequestLimits) -> SpeculativeMode | None:
     """{"mode": name, numeric knobs...}: a mode configured in the repository, never a file path."""
     if raw is None or not raw.strip():
         return None
-    try:
-        spec = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"speculative is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    spec = load_json("speculative", raw, limits)
     if not isinstance(spec, dict) or not isinstance(spec.get("mode"), str):
         raise RequestError('speculative must be a JSON object with a string "mode"')
     knobs = {k: v for k, v in spec.items() if k != "mode"}
     unknown = sorted(set(knobs) - {"ngram", "max_tokens"})
     if unknown:
         raise RequestError(f"speculative has unsupported key(s): {', '.join(unknown)}")
+    bounds = {"ngram": limits.max_lookup_ngram, "max_tokens": MAX_DRAFT_TOKENS}
     for key, value in knobs.items():
         if isinstance(value, bool) or not isinstance(value, int):
             raise RequestError(f"speculative.{key} must be an integer")
+        if value > bounds[key]:
+            raise RequestError(f"speculative.{key} must be at most {bounds[key]}, got {value}")
     mode = SpeculativeMode(spec["mode"], **knobs)
     try:
         mode.validate()
@@ -358,9 +399,10 @@ def _speculative(raw: str | None) -> SpeculativeMode | None:
     return mode
 
 
-def _string_option(name: str, tensors: dict, parameters: dict) -> str | None:
+def _string_option(name: str, tensors: dict, parameters: dict, limit: int, setting: str = "") -> str | None:
     if name in tensors:
-        return _text(name, _scalar_tensor(name, tensors[name]))
+        return _text(name, _scalar_tensor(name, tensors[name]), limit, setting)
     if name in parameters:
-        return _text(f"parameter {name}", parameters[name])
+        value = parameters[name]
+        return _text(f"parameter {name}", value, limit, setting)
     return None

@@ -15,6 +15,9 @@ import numpy as np
 from .options import GenerateOptions, TokenLogprob
 
 NEG_INF = np.float32(-np.inf)
+_FLT_MAX = np.finfo(np.float32).max
+# Below this a temperature samples greedily (as vLLM): dividing logits by it would overflow.
+MIN_TEMPERATURE = 1e-5
 # Top-p looks at this many best candidates first and sorts the full row only
 # when they do not cover the requested mass.
 _TOP_P_CANDIDATES = 512
@@ -33,7 +36,7 @@ class RequestSampler:
         self.options = options
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
-        self.greedy = options.greedy or options.temperature == 0.0
+        self.greedy = options.greedy or options.temperature < MIN_TEMPERATURE
         self.rng = np.random.Generator(np.random.PCG64(options.seed)) if not self.greedy else None
         self.uses_penalties = (
             options.repetition_penalty != 1.0 or options.frequency_penalty != 0.0 or options.presence_penalty != 0.0
@@ -72,6 +75,8 @@ class RequestSampler:
             x -= o.frequency_penalty * self.output_counts
         if o.presence_penalty != 0.0:
             x -= o.presence_penalty * (self.output_counts > 0)
+        if self.uses_penalties:  # extreme penalties overflow: they rank tokens, they do not mask them
+            np.clip(x, -_FLT_MAX, _FLT_MAX, out=x)
         if self.num_generated < o.min_length and self.eos_token_id is not None:
             x[self.eos_token_id] = NEG_INF
         if allowed is not None:
@@ -81,7 +86,7 @@ class RequestSampler:
             x = constrained if np.isfinite(constrained).any() else np.where(allowed[: x.shape[0]], logits, NEG_INF)
         if self.greedy:
             return x
-        x /= np.float32(o.temperature)
+        x = x.astype(np.float64) / o.temperature  # in float64 a finite logit over a small temperature stays finite
         if 0 < o.top_k < x.shape[0]:
             kth = np.partition(x, -o.top_k)[-o.top_k]
             x[x < kth] = NEG_INF
@@ -89,7 +94,7 @@ class RequestSampler:
             _top_p_filter(x, o.top_p)
         if o.min_p > 0.0:
             peak = x.max()
-            x[x < peak + np.log(np.float32(o.min_p))] = NEG_INF
+            x[x < peak + np.log(o.min_p)] = NEG_INF
         return x
 
     def choose(self, logits: np.ndarray, allowed: np.ndarray | None = None) -> TokenChoice:
@@ -132,7 +137,7 @@ class RequestSampler:
         return TokenChoice(token, self._logprob(x, token) if self.options.top_logprobs is not None else None)
 
     def _logprob(self, x: np.ndarray, token: int) -> TokenLogprob:
-        shifted = x - x.max()
+        shifted = x.astype(np.float64) - x.max()  # finite for every finite logit, however far apart
         logp = shifted - np.log(np.exp(shifted).sum())
         k = self.options.top_logprobs
         top = []

@@ -8,10 +8,12 @@ flag.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
 import time
+import traceback
 from functools import partial
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from .generator_settings import parse_settings
 from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
 from .triton_metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, parse_request
+from .request_limits import load_json
 from .send_thread import SendThread, StepBatch
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -233,6 +236,7 @@ class TritonPythonModel:
         self.output_names = {o["name"] for o in self.model_config["output"]}
         self.logger = pb_utils.Logger
         self.engine = Engine(target, settings.engine)
+        self.limits = dataclasses.replace(settings.limits, context=self.engine.max_len)
         self.broken: str | None = None  # why the model can no longer answer (a response thread died)
         self.sending = SendThread(lambda exc: pb_utils.Logger.log_error(f"sending a response failed: {exc!r}"),
                                   on_death=partial(self._thread_died, "response"))
@@ -266,10 +270,16 @@ class TritonPythonModel:
                 if tensor is not None:
                     tensors[name] = tensor.as_numpy()
             raw_params = request.parameters()
-            parameters = json.loads(raw_params) if raw_params else {}
+            parameters = load_json("request parameters", raw_params, self.limits) if raw_params else {}
+            if not isinstance(parameters, dict):
+                raise RequestError("request parameters must be a JSON object")
             if self.fault_injection:  # tests only: TRITONGEN_FAULT_INJECTION=1 in the server's environment
                 self._inject(parameters.pop("tritongen_fault", None))
-            parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat)
+            parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat, self.limits)
+            try:
+                self.engine.check_options(parsed.request.options)
+            except ValueError as exc:
+                raise RequestError(str(exc)) from None
             try:
                 prompt_ids = self.engine.tokenize_prompt(parsed.request)
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
@@ -297,6 +307,10 @@ class TritonPythonModel:
             sender.send(_error(str(exc)), flags=FINAL)
         except (EngineOverloaded, EngineStopped) as exc:
             sender.send(_error(str(exc), "UNAVAILABLE"), flags=FINAL)
+        except Exception:  # noqa: BLE001 - our bug, not the client's: logged here, never shown to the client
+            pb_utils.Logger.log_error(f"a request failed before generation: {traceback.format_exc()}")
+            sender.send(_error("internal error before generation; the server log has the details", "INTERNAL"),
+                        flags=FINAL)
 
     def _closed(self, stream: _Stream) -> None:
         with self._streams_lock:
