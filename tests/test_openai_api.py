@@ -7,11 +7,16 @@ uvicorn in a thread, talking to it over gRPC streaming.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
 
+import httpx2
 import numpy as np
 import openai
 import pytest
@@ -36,21 +41,28 @@ def triton(target_folder, tmp_path_factory):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def api(triton):
-    """The API on a free port in a thread; yields its base URL."""
+@contextmanager
+def running(app):
+    """An app on a free port in a thread; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(triton.url_grpc), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 20
     while not server.started:
         assert thread.is_alive() and time.time() < deadline, "the OpenAI API did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def api(triton):
+    with running(create_app(triton.url_grpc)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +242,126 @@ def test_client_disconnect_cancels_the_generation(client, triton, api):
     assert wait_for_cancellation(triton, before + 1) < 200
     out = client.completions.create(model="generator", prompt="Hello", max_tokens=2)
     assert out.usage.completion_tokens == 2
+
+
+def post(url: str, body: bytes, headers: dict | None = None) -> tuple[int, dict, dict]:
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, dict(r.headers), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read() or b"{}")
+
+
+def test_api_key_is_required_when_set(triton):
+    with running(create_app(triton.url_grpc, api_key="s3cret")) as url:
+        with pytest.raises(openai.AuthenticationError) as caught:
+            openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).models.list()
+        assert caught.value.response.json()["error"]["code"] == "invalid_api_key"
+        status, _, body = post(url + "/v1/completions", b'{"model": "generator", "prompt": "Hi"}')  # no header
+        assert status == 401 and body["error"]["code"] == "invalid_api_key"
+        good = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", max_retries=0)
+        assert good.completions.create(model="generator", prompt="Hello", max_tokens=2).usage.completion_tokens == 2
+        with urllib.request.urlopen(url + "/health", timeout=10) as r:  # probes need no key
+            assert r.status == 200
+
+
+def test_body_size_is_limited_before_parsing(triton):
+    with running(create_app(triton.url_grpc, max_body_bytes=10_000)) as url:
+        big = json.dumps({"model": "generator", "prompt": "x" * 20_000}).encode()
+        status, _, body = post(url + "/v1/completions", big)
+        assert status == 413 and body["error"]["code"] == "request_too_large"
+
+        # Chunked, no Content-Length: counted as it arrives. Three 4 KiB chunks, the body left unfinished:
+        # the answer comes before the client would have sent the rest.
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
+                             b"1000\r\n" + big[i:i + 4096] + b"\r\n" for i in range(0, 3 * 4096, 4096)))
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 413") and b"request_too_large" in answer, answer[:200]
+
+
+def test_fan_out_and_integer_ranges_are_checked_before_any_generation(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="generator", prompt=["a"] * 20, n=4, max_tokens=1)
+    assert caught.value.response.json()["error"]["param"] == "n" and "80 generations" in str(caught.value)
+    for field, value in (("max_tokens", 2**32 + 5), ("max_tokens", 2**31), ("top_k", 2**40), ("min_tokens", 2**33)):
+        with pytest.raises(openai.BadRequestError) as caught:  # never wrapped around to a small int32
+            client.completions.create(model="generator", prompt="Hi", extra_body={field: value})
+        assert caught.value.response.json()["error"]["param"] == field
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="generator", prompt=[[1, 2**64]])
+    assert caught.value.response.json()["error"]["param"] == "prompt"
+
+
+@pytest.fixture(scope="module")
+def busy_triton(target_folder, tmp_path_factory):
+    """One sequence at a time, one waiting: overload is easy to reach; fault injection to kill the engine."""
+    from test_bad_input import NO_HEADS, small_repository
+
+    root = tmp_path_factory.mktemp("busy")
+    repository = small_repository(root / "repo", max_num_seqs="1", max_queue_len="1", **NO_HEADS)
+    env = dict(os.environ, TRITONGEN_FAULT_INJECTION="1")
+    saved, os.environ = os.environ, env
+    try:
+        server = TritonServer(repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
+                              log_file=root / "server.log").start()
+    finally:
+        os.environ = saved
+    yield server
+    server.stop()
+
+
+def test_overload_is_429_with_retry_after_and_the_official_client_retries(busy_triton):
+    with running(create_app(busy_triton.url_grpc)) as url:
+        body = json.dumps({"model": "generator", "prompt": STORY, "max_tokens": 40, "ignore_eos": True}).encode()
+        outcomes: list = []
+        threads = [threading.Thread(target=lambda: outcomes.append(post(url + "/v1/completions", body)))
+                   for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        refused = [(h, b) for status, h, b in outcomes if status == 429]
+        assert refused and all(status in (200, 429) for status, _, _ in outcomes), outcomes
+        headers, error = refused[0]
+        assert headers["retry-after"] == "1" and error["error"]["code"] == "overloaded"
+
+        statuses: list[int] = []
+        http = httpx2.Client(event_hooks={"response": [lambda r: statuses.append(r.status_code)]})
+        retrying = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=8, http_client=http)
+        done: list = []
+        threads = [threading.Thread(target=lambda: done.append(retrying.completions.create(
+            model="generator", prompt=STORY, max_tokens=20, extra_body={"ignore_eos": True}))) for _ in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        print(f"statuses seen by the official client: {statuses}")
+        assert len(done) == 5 and all(c.usage.completion_tokens == 20 for c in done)
+        assert 429 in statuses  # refused at first, retried after Retry-After, then served
+
+
+def test_a_dead_engine_is_503_without_internals(busy_triton):
+    with running(create_app(busy_triton.url_grpc)) as url:
+        crash = grpcclient.InferInput("text_input", [1], "BYTES")
+        crash.set_data_from_numpy(np.array([b"Hello"], dtype=object))
+        c = grpcclient.InferenceServerClient(busy_triton.url_grpc)
+        events: queue.Queue = queue.Queue()
+        c.start_stream(callback=lambda result, error: events.put((result, error)))
+        c.async_stream_infer("generator", [crash], parameters={"tritongen_fault": "engine_crash"})
+        assert events.get(timeout=60)[1] is not None
+        c.stop_stream()
+        c.close()
+        for _ in range(2):  # while the model unloads itself, and after
+            status, headers, body = post(url + "/v1/completions",
+                                         json.dumps({"model": "generator", "prompt": "Hi", "max_tokens": 2}).encode())
+            message = body["error"]["message"]
+            assert status == 503 and headers["retry-after"] == "1", (status, body)
+            assert "Triton" not in message and "127.0.0.1" not in message and "engine" not in message, message
+            time.sleep(2)

@@ -15,7 +15,7 @@ import sys
 
 import uvicorn
 
-from .app import create_app
+from .app import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_GENERATIONS, create_app
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default=env.get("OPENAI_API_HOST", "127.0.0.1"),
                     help="address the API binds to (default loopback; 0.0.0.0 for every interface)")
     ap.add_argument("--port", type=int, default=9000)
+    ap.add_argument("--api-key", default=env.get("TRITONGEN_API_KEY") or None,
+                    help="require 'Authorization: Bearer <key>' on /v1 routes (default: TRITONGEN_API_KEY; none)")
+    ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                    help="largest request body accepted (413 beyond)")
+    ap.add_argument("--max-generations", type=int, default=DEFAULT_MAX_GENERATIONS,
+                    help="most generator requests one API request may start (prompts x n)")
     ap.add_argument("--log-level", default="info")
     ap.add_argument("--start-triton", action="store_true", help="start tritonserver on model_repository/ first")
     args = ap.parse_args(argv)
@@ -53,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"OpenAI API on http://{args.host}:{args.port}/v1 -> Triton {triton_url} model {args.model}",
               flush=True)
-        uvicorn.run(create_app(triton_url, args.model), host=args.host, port=args.port, log_level=args.log_level)
+        if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"warning: the API listens on {args.host} without an API key (--api-key or TRITONGEN_API_KEY)",
+                  file=sys.stderr)
+        app = create_app(triton_url, args.model, args.api_key, args.max_body_bytes, args.max_generations)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     except KeyboardInterrupt:
         pass
     finally:

@@ -20,11 +20,14 @@ from .chat import chat_completions
 from .completions import completions
 from .disconnect import ClientDisconnected
 from .errors import OpenAIError
+from .guard import Guard
 from .generator_client import GeneratorClient
 from .model_list import check_model, model_card, model_list
 from .schemas import ChatCompletionRequest, CompletionRequest
 
 log = logging.getLogger("tritongen.openai_api")
+DEFAULT_MAX_BODY_BYTES = 4 << 20  # the generator takes prompts up to 1 MiB; JSON escaping and n prompts add to it
+DEFAULT_MAX_GENERATIONS = 64  # prompts x n of one request, each a generator request
 
 
 def _param(loc: tuple) -> str | None:
@@ -36,8 +39,14 @@ def _param(loc: tuple) -> str | None:
     return out or None
 
 
-def create_app(triton_url: str = "localhost:8001", model: str = "generator") -> FastAPI:
-    """An app whose Triton client is opened in the serving event loop (grpc.aio binds to its loop)."""
+def create_app(triton_url: str = "localhost:8001", model: str = "generator", api_key: str | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_generations: int = DEFAULT_MAX_GENERATIONS) -> FastAPI:
+    """An app whose Triton client is opened in the serving event loop (grpc.aio binds to its loop).
+
+    With `api_key`, every /v1 route needs `Authorization: Bearer <key>`. A body over `max_body_bytes` is
+    refused as it arrives (413); a completion asking for more than `max_generations` generator requests
+    (prompts x n) is refused before any starts.
+    """
     created = int(time.time())
 
     @asynccontextmanager
@@ -49,11 +58,13 @@ def create_app(triton_url: str = "localhost:8001", model: str = "generator") -> 
             await app.state.client.close()
 
     app = FastAPI(title="tritongen OpenAI-compatible API", lifespan=lifespan)
+    app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(OpenAIError)
     async def _openai_error(request: Request, exc: OpenAIError):
-        if exc.status >= 500:
-            log.error("%s %s: %s", request.method, request.url.path, exc.message)
+        if exc.detail is not None:
+            log.log(logging.ERROR if exc.status >= 500 else logging.WARNING, "%s %s: %s %s", request.method,
+                    request.url.path, exc.status, exc.detail)
         return exc.response()
 
     @app.exception_handler(RequestValidationError)
@@ -78,7 +89,7 @@ def create_app(triton_url: str = "localhost:8001", model: str = "generator") -> 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         log.exception("unhandled error on %s", request.url.path)
-        return OpenAIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+        return OpenAIError(500, "internal error; the server log has the details").response()
 
     @app.get("/health")
     async def health():
@@ -102,6 +113,6 @@ def create_app(triton_url: str = "localhost:8001", model: str = "generator") -> 
     @app.post("/v1/completions")
     async def complete(req: CompletionRequest, request: Request):
         check_model(req.model, model)
-        return await completions(req, app.state.client, request)
+        return await completions(req, app.state.client, request, max_generations)
 
     return app

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from .choice import Choice, usage
 from .disconnect import unless_disconnected
+from .errors import invalid
 from .fan_in import fan_in
 from .generator_client import GeneratorClient
 from .generator_inputs import completion_inputs
@@ -51,7 +52,11 @@ async def _chunks(req: CompletionRequest, streams, base: dict) -> AsyncIterator[
         yield {**base, "choices": [], "usage": usage(choices, _by_prompt(req, choices))}
 
 
-async def completions(req: CompletionRequest, client: GeneratorClient, request: Request):
+async def completions(req: CompletionRequest, client: GeneratorClient, request: Request, max_generations: int):
+    total = len(req.prompt_list()) * req.n
+    if total > max_generations:
+        raise invalid(f"{len(req.prompt_list())} prompts x n={req.n} asks for {total} generations, over the limit "
+                      f"of {max_generations}", "n")
     request_id = f"cmpl-{uuid.uuid4().hex}"
     base = {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": req.model,
             "system_fingerprint": None}

@@ -9,47 +9,63 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
-_TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 500: "server_error", 503: "server_error"}
+_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
+          413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
 # The generator reports every error as a plain message (gRPC streaming carries
-# no status code). Its per-request validation errors are the client's fault;
-# these markers are the ones that are not: the engine died, a step failed,
-# the python backend or Triton itself failed, or the model is not loaded.
-_SERVER_FAULT_MARKERS = (
-    "generation failed",
-    "engine is not running",
-    "failed to process the request",
-    "stub process",
-    "unknown model",
-    "is not ready",
+# no status code). Its per-request validation errors are the client's fault and
+# go back as they are (they name the field, never a server detail); these
+# markers are the ones that are not.
+_OVERLOADED = ("overloaded:",)  # the generator's queue is full: retry shortly
+_UNAVAILABLE = (  # the engine or a response thread died, the model is not loaded, the stub is gone
+    "engine is not running", "thread stopped", "unknown model", "is not ready", "stub process",
+    "has no available versions",
 )
+_FAILED = ("generation failed", "failed to process the request", "internal error")
+RETRY_AFTER_SECONDS = 1
 
 
 class OpenAIError(Exception):
-    """An error to send in OpenAI's shape; raised anywhere in a request's handling."""
+    """An error to send in OpenAI's shape; raised anywhere in a request's handling.
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    `detail` is for the server's log only: 5xx bodies never carry exception texts or addresses.
+    """
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None, detail: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = headers
+        self.detail = detail
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": _TYPES.get(self.status, "server_error"),
                           "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def invalid(message: str, param: str | None = None) -> OpenAIError:
     return OpenAIError(400, message, param)
 
 
+def unavailable(detail: str) -> OpenAIError:
+    return OpenAIError(503, "the generator is unavailable; retry later", code="unavailable",
+                       headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, detail=detail)
+
+
 def from_generator(message: str) -> OpenAIError:
-    """A generator error message -> 400 when the request was at fault, else 500."""
+    """A generator error message -> 429 (overloaded), 503 (not serving), 500 (failed), else 400 (the request)."""
     lowered = message.lower()
-    if any(marker in lowered for marker in _SERVER_FAULT_MARKERS):
-        return OpenAIError(500, f"generator error: {message}")
+    if any(marker in lowered for marker in _OVERLOADED):
+        return OpenAIError(429, "the generator is overloaded; retry later", code="overloaded",
+                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, detail=message)
+    if any(marker in lowered for marker in _UNAVAILABLE):
+        return unavailable(message)
+    if any(marker in lowered for marker in _FAILED):
+        return OpenAIError(500, "the generator failed to complete the request", detail=message)
     return OpenAIError(400, message)

@@ -17,7 +17,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from .errors import OpenAIError, from_generator
+from .errors import OpenAIError, from_generator, unavailable
 
 # The generator's input names -> numpy dtype (config.pbtxt); lists become [-1] tensors.
 INPUT_DTYPES = {
@@ -102,7 +102,7 @@ class GeneratorClient:
         try:
             responses = self._client.stream_infer(one_request())
         except InferenceServerException as exc:
-            raise OpenAIError(500, f"cannot reach Triton at {self.url}: {exc.message()}") from None
+            raise unavailable(f"cannot reach Triton at {self.url}: {exc.message()}") from None
         finished = False
         try:
             async for result, error in responses:
@@ -115,13 +115,17 @@ class GeneratorClient:
                 if final:
                     break
             else:
-                raise OpenAIError(500, "the generator closed the stream without a final response")
+                raise OpenAIError(500, "the generator failed to complete the request",
+                                  detail="the generator closed the stream without a final response")
             # Let the call end by itself: our request stream is closed, so Triton completes the
             # RPC after the final response. Cancelling here instead races Triton's stream state.
             async for _ in responses:
                 pass
         except grpc.aio.AioRpcError as exc:
-            raise OpenAIError(500, f"Triton gRPC stream failed: {exc.code().name}: {exc.details()}") from None
+            detail = f"Triton gRPC stream failed: {exc.code().name}: {exc.details()}"
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise unavailable(detail) from None
+            raise OpenAIError(500, "the generator failed to complete the request", detail=detail) from None
         finally:
             if not finished:
                 responses.cancel()

@@ -10,11 +10,14 @@ min_tokens, stop_token_ids) are passed through to the generator.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import invalid
+
+INT32_MAX = 2**31 - 1  # the generator's INT32 inputs: a larger value is refused, never wrapped
+INT64_MAX = 2**63 - 1
 
 
 class StreamOptions(BaseModel):
@@ -39,7 +42,7 @@ class SamplingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     model: str
-    max_tokens: Optional[int] = Field(None, ge=1)
+    max_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, ge=0.0, le=1.0)
     n: int = Field(1, ge=1, le=16)
@@ -53,12 +56,12 @@ class SamplingRequest(BaseModel):
     logit_bias: Optional[dict[str, float]] = None
     user: Optional[str] = None
     # vLLM-style extras (openai's `extra_body`).
-    top_k: Optional[int] = Field(None, ge=-1)
+    top_k: Optional[int] = Field(None, ge=-1, le=INT32_MAX)
     min_p: Optional[float] = Field(None, ge=0.0, le=1.0)
     repetition_penalty: Optional[float] = Field(None, gt=0.0)
     ignore_eos: Optional[bool] = None
-    min_tokens: Optional[int] = Field(None, ge=0)
-    stop_token_ids: Optional[list[int]] = None
+    min_tokens: Optional[int] = Field(None, ge=0, le=INT32_MAX)
+    stop_token_ids: Optional[list[Annotated[int, Field(ge=0, le=INT32_MAX)]]] = None
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -96,7 +99,7 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=20)
     tools: Optional[list[Any]] = None
@@ -131,12 +134,13 @@ class CompletionRequest(SamplingRequest):
     @classmethod
     def _prompt_shape(cls, value):
         def ids(v):
-            return isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+            return isinstance(v, list) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= INT64_MAX
+                                               for i in v)
 
         if isinstance(value, str) or ids(value) or (isinstance(value, list) and (
                 all(isinstance(v, str) for v in value) or all(ids(v) for v in value))):
             return value
-        raise ValueError("must be a string, a list of strings, a list of token ids or a list of such lists")
+        raise ValueError("must be a string, a list of strings, a list of token ids (0 to 2**63-1) or a list of such lists")
 
     @model_validator(mode="after")
     def _completion_supported(self):
