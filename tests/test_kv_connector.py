@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ def test_corrupt_or_truncated_disk_chunks_are_dropped_and_recomputed(tiny_folder
         e.generate(greedy(text(2)))
         e.connector.flush()
         ids = e.tokenize_prompt(greedy(text(2)))
-        keys = chunk_keys("tiny_gqa", e.decoder.shape.num_layers, ids, CHUNK)
+        keys = chunk_keys(e.kv.link.model_id, e.decoder.shape.num_layers, ids, CHUNK)
     finally:
         e.close()
     first, second = (tmp_path / f"{k.digest}.kv" for k in keys[:2])
@@ -126,3 +127,124 @@ def test_recomputes_when_loading_would_be_slower(tiny_folder, recomputed, tmp_pa
         assert out.token_ids == recomputed[0]
     finally:
         cheap.close()
+
+
+def chunk_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.kv"))
+
+
+def rewrite_header(path: Path, change) -> None:
+    """Re-write a chunk file's header through `change(header)`, with a valid checksum: a forged file."""
+    from tritongen.kv.local_tiered import MAGIC, _header_lines
+
+    data = path.read_bytes()
+    header_line, checksum, payload = data[len(MAGIC):].split(b"\n", 2)
+    header = json.loads(header_line)
+    change(header)
+    path.write_bytes(MAGIC + _header_lines(header) + payload)
+
+
+def test_bad_headers_are_dropped_at_start_and_at_fetch_and_recomputed(tiny_folder, recomputed, tmp_path):
+    e = engine(tiny_folder, disk=tmp_path, recompute=REAL_MODEL_RECOMPUTE_MS)
+    try:
+        e.generate(greedy(text(2)))
+        e.connector.flush()
+    finally:
+        e.close()
+    files = chunk_files(tmp_path)
+    assert len(files) >= 3
+    data = bytearray(files[0].read_bytes())
+    data[30] ^= 0x01  # a flipped bit inside the header: its checksum no longer matches
+    files[0].write_bytes(bytes(data))
+    rewrite_header(files[1], lambda h: h.update(shape=[h["shape"][0], 2, 1, 10**12, 1]))  # a forged, huge shape
+    rewrite_header(files[2], lambda h: h.update(chunk_index=h["chunk_index"] + 7))  # not the key its name says
+    restarted = engine(tiny_folder, disk=tmp_path, recompute=REAL_MODEL_RECOMPUTE_MS)
+    try:
+        assert restarted.connector.stats["corrupt_dropped"] == 3 and not files[0].exists() and not files[1].exists()
+        # After start-up: a header broken behind the engine's back is found on fetch, never served.
+        survivors = chunk_files(tmp_path)
+        rewrite_header(survivors[0], lambda h: h.update(payload_bytes=h["payload_bytes"] - 4))
+        out = restarted.generate(greedy(text(2)))
+        assert out.token_ids == recomputed[2] and restarted.alive
+        assert restarted.connector.stats["corrupt_dropped"] >= 3
+    finally:
+        restarted.close()
+
+
+def test_a_rebuilt_model_never_reads_the_kv_its_predecessor_left(tmp_path):
+    from conftest import build_tiny
+
+    folder = build_tiny(tmp_path / "model" / "tiny_gqa", "gqa", seed=0)
+    disk = tmp_path / "kv"
+    old = engine(folder, disk=disk, recompute=REAL_MODEL_RECOMPUTE_MS)
+    try:
+        old.generate(greedy(text(1)))
+        old.connector.flush()
+        stored = len(chunk_files(disk))
+    finally:
+        old.close()
+    assert stored >= 2
+    build_tiny(folder, "gqa", seed=1)  # new weights, same folder, same name
+    fresh = Engine(folder)
+    try:
+        want = fresh.generate(greedy(text(1))).token_ids
+    finally:
+        fresh.close()
+    rebuilt = engine(folder, disk=disk, recompute=REAL_MODEL_RECOMPUTE_MS)
+    try:
+        assert rebuilt.connector.stats["stale_dropped"] == stored  # deleted at start, not only skipped
+        out = rebuilt.generate(greedy(text(1)))
+        assert rebuilt.kv.connector_stats["hit_disk"] == 0 and out.token_ids == want
+    finally:
+        rebuilt.close()
+
+
+WRITER = """
+import sys
+import json
+from pathlib import Path
+from tritongen.engine import Engine
+from tritongen.kv.connector_config import KvConnectorConfig
+from tritongen.kv.local_tiered import LocalTieredConfig
+from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest
+folder, disk, first = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+connector = KvConnectorConfig("local_tiered", chunk_size=32, recompute_ms_per_token=1.0,
+                              local_tiered=LocalTieredConfig(disk_path=disk))
+engine = Engine(folder, EngineConfig(page_size=16, kv_connector=connector, pin_threads=False))
+words = "one two three four five six seven eight nine ten eleven twelve".split()
+for seed in range(first, first + 12):
+    prompt = " ".join(words[(seed % 6 * 5 + 3 * k) % 12] + str(k % 7) for k in range(40))  # seeds 6 apart share it
+    engine.generate(GenerateRequest(prompt, GenerateOptions(max_new_tokens=2, stop_on_eos=False)))
+engine.close()
+print(engine.connector.stats["stored"], engine.connector.stats["store_dropped"])
+"""
+
+
+def test_two_processes_share_one_disk_path(tiny_folder, tmp_path):
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    disk = tmp_path / "kv"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tiny_folder), str(disk), str(first)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for first in (0, 6)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    assert all(out.split()[1] == "0" for out, _ in outputs), outputs  # no store failed
+    assert not list(disk.glob("*.tmp"))
+    assert stat.S_IMODE(disk.stat().st_mode) == 0o700
+    files = chunk_files(disk)
+    assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    reader = engine(tiny_folder, disk=disk, recompute=REAL_MODEL_RECOMPUTE_MS)
+    try:
+        assert reader.connector.stats["corrupt_dropped"] == 0 and len(reader.connector.disk.entries) == len(files)
+    finally:
+        reader.close()
+    # A writer that died mid-store leaves its temporary file; the next start removes it, not a live one's.
+    dead = disk / f"{'0' * 40}.999999999.deadbeef.tmp"
+    live = disk / f"{'1' * 40}.{os.getpid()}.cafecafe.tmp"
+    dead.write_bytes(b"partial")
+    live.write_bytes(b"partial")
+    engine(tiny_folder, disk=disk).close()
+    assert not dead.exists() and live.exists()

@@ -24,6 +24,7 @@ import numpy as np
 from .cpu_threads import pin_calling_thread
 from .constraints import ConstraintCompiler, MaskComputer, allowed_tokens
 from .kv.manager import ConnectorLink, KvManager
+from .kv.model_identity import model_identity
 from .kv.page_pool import PagePool
 from .kv_concat import ConcatSlotDecoder
 from .kv_slots import SlotDecoder
@@ -105,8 +106,9 @@ class Engine:
         self.vocab_size = shape.vocab_size
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
                              shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
-        self.connector = self.config.kv_connector.open()
-        self.kv = KvManager(self.pool, self.decoder, self._connector_link(model_folder))
+        model_id = self._connector_model_id(model_folder)
+        self.connector = self.config.kv_connector.open(model_id)
+        self.kv = KvManager(self.pool, self.decoder, self._connector_link(model_id))
         self.scheduler = Scheduler(self.config.scheduler, self.kv)
         self.proposers = self._open_proposers()
         self.scheduler.slot_listeners = [p for p in self.proposers.values() if type(p).move is not Proposer.move]
@@ -212,13 +214,21 @@ class Engine:
             self._wake.notify()
         return RequestHandle(seq.request_id, ids, seq)
 
-    def _connector_link(self, model_folder: Path) -> ConnectorLink | None:
+    def _connector_model_id(self, model_folder: Path) -> str:
+        """Connector keys name the model and the digest of its files: a rebuilt model never reads stale KV."""
+        cfg = self.config.kv_connector
+        if cfg.backend == "null":
+            return ""
+        return f"{cfg.model_id or model_folder.name}@{model_identity(onnx_path(model_folder))}"
+
+    def _connector_link(self, model_id: str) -> ConnectorLink | None:
         cfg = self.config.kv_connector
         if cfg.backend == "null":
             return None
         cost = cfg.recompute_ms_per_token or self.measure_prefill_ms_per_token()
-        return ConnectorLink(self.connector, cfg.model_id or model_folder.name, self.decoder.shape.num_layers,
-                             cfg.chunk_size, cfg.store_priority, cost)
+        shape = self.decoder.shape
+        return ConnectorLink(self.connector, model_id, shape.num_layers, cfg.chunk_size, cfg.store_priority, cost,
+                             (shape.num_layers, 2, shape.num_kv_heads, cfg.chunk_size, shape.head_dim))
 
     def measure_prefill_ms_per_token(self, tokens: int = 128) -> float:
         """Prefill cost on this machine, the baseline a connector fetch must beat (slot 0 is still free)."""

@@ -13,7 +13,7 @@ DEFAULT_CHUNK_SIZE = 256
 @dataclass
 class KvConnectorConfig:
     backend: str = "null"  # or "local_tiered"
-    model_id: str | None = None  # namespaces keys; None: the target folder's name
+    model_id: str | None = None  # namespaces keys, with the model files' digest after it; None: the folder's name
     chunk_size: int = DEFAULT_CHUNK_SIZE
     store_priority: CachePriority = CachePriority.SESSION
     # Prefill cost per token (ms), the baseline a fetch must beat. None: measured at start-up on
@@ -31,7 +31,8 @@ class KvConnectorConfig:
         if self.backend == "local_tiered":
             self.local_tiered.validate()
 
-    def open(self) -> KvCacheConnector:
+    def open(self, model_id: str = "") -> KvCacheConnector:
+        """`model_id` ("name@weights-digest") lets a disk tier drop what an earlier build of the same model left."""
         if self.backend == "local_tiered":
-            return LocalTieredConnector(self.local_tiered)
+            return LocalTieredConnector(self.local_tiered, model_id)
         return NullConnector()

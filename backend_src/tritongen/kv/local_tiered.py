@@ -3,9 +3,17 @@
 Stores run on a background thread so the engine never waits on them.
 With a disk tier, every stored chunk is also written to disk (write-through),
 so a restart finds all of them. Eviction drops the lowest store priority
-first, least recently used within it; pinned chunks stay. Each disk file
-carries a SHA-256 of its payload: a truncated or corrupted file is
-detected on fetch, deleted and reported missing, so the engine recomputes.
+first, least recently used within it; pinned chunks stay.
+
+A disk file is the magic line, a JSON header, the header's SHA-256 and the
+payload, whose SHA-256 and size the header holds. At start-up each header
+is checked (checksum, every field's type and range, the key it hashes to
+against the file name) and a bad file is deleted, as are the files an
+earlier build of the same model left (keys carry a digest of the model's
+files) and temporary files of processes that are gone; a payload is checked
+on fetch, and a bad one is deleted and reported missing, so the engine
+recomputes. Files are readable by their owner only, and each writer
+process uses temporary names of its own, so two servers may share a path.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import os
 import queue
 import threading
 import time
+import uuid
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -26,8 +35,61 @@ import numpy as np
 from .connector import (NOT_FOUND, CachePriority, ConnectorCapabilities, FetchedKv, KvCacheConnector, KvCacheKey,
                         KvCacheLocation, KvStoreEntry)
 
-MAGIC = b"TRITONGEN-KV-1\n"
+MAGIC = b"TRITONGEN-KV-2\n"
 COMPRESSIONS = ("none", "zlib")
+_MAX_HEADER_BYTES = 4096
+_HEADER_FIELDS = {"model_id": str, "layer_range": list, "chunk_hash": str, "chunk_index": int, "num_tokens": int,
+                  "shape": list, "compression": str, "priority": str, "payload_bytes": int, "sha256": str}
+
+
+class CorruptChunk(ValueError):
+    """A disk file that is not a chunk this connector wrote: it is deleted, never served."""
+
+
+def _header_lines(header: dict) -> bytes:
+    text = json.dumps(header, sort_keys=True).encode()
+    return text + b"\n" + hashlib.sha256(text).hexdigest().encode() + b"\n"
+
+
+def _read_header(f, digest: str) -> dict:
+    """The header of an open chunk file, checked whole; CorruptChunk on any fault."""
+    if f.read(len(MAGIC)) != MAGIC:
+        raise CorruptChunk("bad magic")
+    text = f.readline(_MAX_HEADER_BYTES).rstrip(b"\n")
+    if f.readline(80).rstrip(b"\n") != hashlib.sha256(text).hexdigest().encode():
+        raise CorruptChunk("header checksum mismatch")
+    try:
+        header = json.loads(text)
+    except ValueError:
+        raise CorruptChunk("header is not JSON") from None
+    if not isinstance(header, dict) or any(not isinstance(header.get(k), t) for k, t in _HEADER_FIELDS.items()):
+        raise CorruptChunk("header fields missing or of the wrong type")
+    shape, layers = header["shape"], header["layer_range"]
+    if len(shape) != 5 or any(not isinstance(n, int) or n <= 0 for n in shape) or shape[1] != 2 \
+            or len(layers) != 2 or any(not isinstance(n, int) for n in layers) or shape[0] != layers[1] - layers[0] \
+            or header["num_tokens"] != shape[3] or header["chunk_index"] < 0 or len(header["sha256"]) != 64 \
+            or header["compression"] not in COMPRESSIONS or header["priority"] not in CachePriority.__members__ \
+            or not 0 < header["payload_bytes"] <= _raw_bytes(shape) + 1024 \
+            or (header["compression"] == "none" and header["payload_bytes"] != _raw_bytes(shape)):
+        raise CorruptChunk("header values out of range")
+    key = KvCacheKey(header["model_id"], tuple(layers), header["chunk_hash"], header["chunk_index"], header["num_tokens"])
+    if key.digest != digest:
+        raise CorruptChunk("header does not match the file name")
+    return header
+
+
+def _raw_bytes(shape: list[int]) -> int:
+    return 4 * int(np.prod(shape))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass
@@ -87,17 +149,18 @@ class _Tier:
 
 
 class LocalTieredConnector(KvCacheConnector):
-    def __init__(self, config: LocalTieredConfig):
+    def __init__(self, config: LocalTieredConfig, model_id: str = ""):
         config.validate()
         self.config = config
+        self.model_id = model_id
         self.cpu = _Tier(config.cpu_max_bytes)
         self.disk = _Tier(config.disk_max_bytes) if config.disk_path else None
         self._lock = threading.Lock()
         # Bytes per second, refined from real transfers; the first guesses are conservative.
         self.bandwidth = {"cpu": 2e9, "disk": 2e8}
-        self.stats = {"stored": 0, "store_dropped": 0, "bytes_stored": 0, "corrupt_dropped": 0}
+        self.stats = {"stored": 0, "store_dropped": 0, "bytes_stored": 0, "corrupt_dropped": 0, "stale_dropped": 0}
         if self.disk is not None:
-            Path(config.disk_path).mkdir(parents=True, exist_ok=True)
+            Path(config.disk_path).mkdir(mode=0o700, parents=True, exist_ok=True)
             self._load_disk_index()
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._writer = threading.Thread(target=self._drain, name="tritongen-kv-store", daemon=True)
@@ -130,10 +193,12 @@ class LocalTieredConnector(KvCacheConnector):
             if entry is None:
                 return None
             (self.cpu if tier == "cpu" else self.disk).touch(key.digest)
-        payload = entry.payload if tier == "cpu" else self._read_file(key.digest, entry)
-        if payload is None:
+        try:
+            payload = entry.payload if tier == "cpu" else self._read_payload(entry)
+            kv = self._decode(entry.header, payload)
+        except (OSError, CorruptChunk, zlib.error) as exc:  # never fatal: the engine recomputes this chunk
+            self._drop(key.digest, tier, exc)
             return None
-        kv = self._decode(entry.header, payload)
         elapsed = time.perf_counter() - start
         with self._lock:
             if elapsed > 0:  # running estimate of this tier's throughput
@@ -198,9 +263,10 @@ class LocalTieredConnector(KvCacheConnector):
             self.cpu.add(key.digest, _Entry(len(payload), entry.priority, header, payload))
         if self.disk is not None:
             path = Path(self.config.disk_path) / f"{key.digest}.kv"
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "wb") as f:
-                f.write(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+            # Named after this process (and unique in it): two servers on one path never write the same file.
+            tmp = path.with_name(f"{key.digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(MAGIC + _header_lines(header) + payload)
             os.replace(tmp, path)  # a crash never leaves a half-written chunk under its real name
             with self._lock:
                 for old in self.disk.add(key.digest, _Entry(len(payload), entry.priority, header, path=path)):
@@ -211,40 +277,58 @@ class LocalTieredConnector(KvCacheConnector):
     # ---- disk -------------------------------------------------------------
 
     def _load_disk_index(self) -> None:
-        """Rebuild the disk tier from its files after a restart (headers only; payloads are checked on fetch)."""
-        files = sorted(Path(self.config.disk_path).glob("*.kv"), key=lambda p: p.stat().st_mtime)
+        """Rebuild the disk tier from its files after a restart; delete what must not be served or kept.
+
+        Deleted: temporary files of processes that are gone, files whose header is bad, files an earlier
+        build of this model wrote (same name, other weights digest), and what the byte budget evicts.
+        Payloads are checked on fetch.
+        """
+        folder = Path(self.config.disk_path)
+        for tmp in folder.glob("*.tmp"):
+            parts = tmp.name.split(".")
+            if len(parts) != 4 or not parts[1].isdigit() or not _pid_alive(int(parts[1])):
+                tmp.unlink(missing_ok=True)
+        name, _, weights = self.model_id.rpartition("@")
+        files = sorted(folder.glob("*.kv"), key=lambda p: p.stat().st_mtime)
         for path in files:
             try:
                 with open(path, "rb") as f:
-                    if f.read(len(MAGIC)) != MAGIC:
-                        raise ValueError("bad magic")
-                    header = json.loads(f.readline())
-                priority = CachePriority[header["priority"]]
-            except (OSError, ValueError, KeyError):
+                    header = _read_header(f, path.stem)
+            except (OSError, CorruptChunk):
                 path.unlink(missing_ok=True)
                 self.stats["corrupt_dropped"] += 1
                 continue
-            self.disk.add(path.stem, _Entry(header["payload_bytes"], priority, header, path=path))
+            file_name, _, file_weights = header["model_id"].rpartition("@")
+            if name and file_name == name and file_weights != weights:
+                path.unlink(missing_ok=True)
+                self.stats["stale_dropped"] += 1
+                continue
+            entry = _Entry(header["payload_bytes"], CachePriority[header["priority"]], header, path=path)
+            for old in self.disk.add(path.stem, entry):
+                old.path.unlink(missing_ok=True)
 
-    def _read_file(self, digest: str, entry: _Entry) -> bytes | None:
-        try:
-            with open(entry.path, "rb") as f:
-                f.read(len(MAGIC))
-                f.readline()
-                payload = f.read()
-        except OSError:
-            payload = b""
+    @staticmethod
+    def _read_payload(entry: _Entry) -> bytes:
+        with open(entry.path, "rb") as f:
+            _read_header(f, entry.path.stem)
+            payload = f.read(entry.header["payload_bytes"] + 1)
         if len(payload) != entry.header["payload_bytes"] or hashlib.sha256(payload).hexdigest() != entry.header["sha256"]:
-            with self._lock:
-                self.disk.remove(digest)
-            entry.path.unlink(missing_ok=True)
-            self.stats["corrupt_dropped"] += 1
-            return None
+            raise CorruptChunk("payload size or checksum mismatch")
         return payload
+
+    def _drop(self, digest: str, tier: str, reason: BaseException) -> None:
+        with self._lock:
+            entry = (self.cpu if tier == "cpu" else self.disk).remove(digest)
+        if entry is not None and entry.path is not None:
+            entry.path.unlink(missing_ok=True)
+        self.stats["corrupt_dropped"] += 1
 
     @staticmethod
     def _decode(header: dict, payload: bytes) -> np.ndarray:
-        raw = zlib.decompress(payload) if header["compression"] == "zlib" else payload
+        size = _raw_bytes(header["shape"])
+        raw = zlib.decompressobj().decompress(payload, size + 1) if header["compression"] == "zlib" else payload
+        if len(raw) != size:  # bounded decompression: a bomb stops at one byte over
+            raise CorruptChunk("payload does not hold the header's shape")
         return np.frombuffer(raw, dtype="<f4").reshape(header["shape"]).astype(np.float32)
 
     def _set_pinned(self, key: KvCacheKey, pinned: bool) -> None:

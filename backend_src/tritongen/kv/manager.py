@@ -35,6 +35,7 @@ class ConnectorLink:
     chunk_size: int
     store_priority: CachePriority
     recompute_ms_per_token: float
+    chunk_shape: tuple[int, ...]  # [layers, 2, kv_heads, chunk_size, head_dim]: a fetched chunk must have it
 
 
 class KvManager:
@@ -149,7 +150,7 @@ class KvManager:
                 stats["decided_recompute"] += 1
                 break
             fetched = link.connector.fetch(key)
-            if fetched is None:  # vanished or failed its integrity check: recompute from here
+            if fetched is None or fetched.kv.shape != link.chunk_shape:  # vanished, corrupt: recompute from here
                 stats["fetch_failed"] += 1
                 break
             stats["decided_fetch"] += 1
