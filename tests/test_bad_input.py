@@ -284,6 +284,7 @@ CASES = [
     Case("unknown_input", {**HI, "frobnicate": I32(1)}, "frobnicate"),
     # strings
     Case("priority_unknown", {**HI, "priority": text("urgent")}, "priority"),
+    Case("priority_high_not_granted", {**HI, "priority": text("high")}, "priority"),
     Case("session_id_empty", {**HI, "session_id": text("")}, "session_id"),
     Case("end_session_without_session", {**HI, "end_session": np.array([True])}, "end_session"),
     Case("stop_words_empty", {**HI, "stop_words": text("x", "")}, "stop word 1"),

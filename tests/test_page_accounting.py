@@ -19,8 +19,8 @@ def greedy(n: int) -> GenerateOptions:
 
 @pytest.fixture
 def small(tiny_folder):
-    """24 pages of 8 tokens: one full context of 192 tokens."""
-    engine = Engine(tiny_folder, EngineConfig(num_gpu_pages=24, page_size=8, max_model_len=192,
+    """24 pages of 8 tokens: one full context of 192 tokens; session pins may hold all of them."""
+    engine = Engine(tiny_folder, EngineConfig(num_gpu_pages=24, page_size=8, max_model_len=192, max_pinned_pages=24,
                                               scheduler=SchedulerConfig(max_num_seqs=4)))
     yield engine
     engine.close()

@@ -23,7 +23,7 @@ import numpy as np
 
 from .cpu_threads import pin_calling_thread
 from .constraints import ConstraintCompiler, MaskComputer, allowed_tokens
-from .kv.manager import ConnectorLink, KvManager
+from .kv.manager import ConnectorLink, KvManager, SessionLimits
 from .kv.model_identity import model_identity
 from .kv.page_pool import PagePool
 from .kv_concat import ConcatSlotDecoder
@@ -108,7 +108,7 @@ class Engine:
                              shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
         model_id = self._connector_model_id(model_folder)
         self.connector = self.config.kv_connector.open(model_id)
-        self.kv = KvManager(self.pool, self.decoder, self._connector_link(model_id))
+        self.kv = KvManager(self.pool, self.decoder, self._connector_link(model_id), self._session_limits())
         self.scheduler = Scheduler(self.config.scheduler, self.kv)
         self.proposers = self._open_proposers()
         self.scheduler.slot_listeners = [p for p in self.proposers.values() if type(p).move is not Proposer.move]
@@ -213,6 +213,15 @@ class Engine:
             self._live[seq.request_id] = seq
             self._wake.notify()
         return RequestHandle(seq.request_id, ids, seq)
+
+    def _session_limits(self) -> SessionLimits:
+        cfg = self.config
+        per_session = cfg.max_session_pages if cfg.max_session_pages is not None else self.kv_pages_for(self.max_len)
+        total = cfg.max_pinned_pages if cfg.max_pinned_pages is not None else cfg.num_gpu_pages // 2
+        return SessionLimits(per_session, total, cfg.session_idle_seconds)
+
+    def kv_pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.config.page_size)
 
     def _connector_model_id(self, model_folder: Path) -> str:
         """Connector keys name the model and the digest of its files: a rebuilt model never reads stale KV."""
@@ -365,14 +374,16 @@ class Engine:
         """Move new requests to the scheduler; block while idle. False when closing."""
         sched = self.scheduler
         with self._wake:
+            # Idle, the thread still wakes when the oldest session pin is due to expire.
             while not (self._inbox or self._commands or sched.has_work() or sched.scheduled or self._closing):
-                self._wake.wait()
+                self._wake.wait(self.kv.expire_sessions(time.monotonic()))
             if self._closing:
                 return False
             while self._inbox:
                 sched.add(self._inbox.popleft())
             while self._commands:
                 self.kv.close_session(self._commands.popleft())
+        self.kv.expire_sessions(time.monotonic())
         if not sched.has_work() and sched.scheduled:
             self.stats.steps = max(self.stats.steps, sched.next_arrival_step())  # idle: jump to the next arrival
         return True
@@ -391,7 +402,7 @@ class Engine:
             self.stats.empty_steps += 1  # requests wait and nothing ran: admission is stuck
         finished: list[tuple[Sequence, FinishReason]] = []
         if plan.decode:
-            self._decode(plan.decode, finished)
+            self._decode(plan.decode, finished, plan.spare_tokens)
         for seq, n in plan.prefill:
             self._guarded(seq, finished, self._prefill, seq, n, finished)
         for seq, reason in finished:
@@ -399,8 +410,8 @@ class Engine:
         self.stats.steps += 1
         self.on_step(self)
 
-    def _decode(self, rows: list[Sequence], finished: list) -> None:
-        proposals = self._propose(rows, finished)
+    def _decode(self, rows: list[Sequence], finished: list, spare_tokens: int) -> None:
+        proposals = self._propose(rows, finished, spare_tokens)
         plain = [s for s in rows if id(s) not in proposals and not any(f is s for f, _ in finished)]
         if plain:
             try:
@@ -420,8 +431,12 @@ class Engine:
             if not any(f is seq for f, _ in finished):
                 finished.append((seq, exc))
 
-    def _propose(self, rows: list[Sequence], finished: list) -> dict:
-        """Draft tokens for speculating rows; a row whose proposer fails fails alone."""
+    def _propose(self, rows: list[Sequence], finished: list, spare_tokens: int) -> dict:
+        """Draft tokens for speculating rows; a row whose proposer fails fails alone.
+
+        A proposer that is behind (a draft model that has not seen the prompt) catches up within the
+        step's spare token budget first; until it has, its row decodes plainly.
+        """
         proposals = {}
         for seq in rows:
             if seq.proposer is None:
@@ -431,6 +446,12 @@ class Engine:
             if room <= 0:
                 continue
             try:
+                behind = seq.proposer.behind(seq)
+                if behind:
+                    seq.proposer.catch_up(seq, min(behind, spare_tokens))
+                    spare_tokens -= min(behind, spare_tokens)
+                    if seq.proposer.behind(seq):
+                        continue
                 proposal = seq.proposer.propose(seq, room)
             except Exception as exc:  # noqa: BLE001 - this request fails alone
                 finished.append((seq, exc))

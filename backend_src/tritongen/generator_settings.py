@@ -25,18 +25,21 @@ class GeneratorSettings:
     defaults: dict
     stream_interval: int = 1  # a streaming response holds at least this many new tokens (the last one fewer)
     limits: RequestLimits = RequestLimits()
+    allow_high_priority: bool = False  # clients may ask for `high` (off: it is an error naming priority)
 
 
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
              "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
              "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval",
-             *RequestLimits.settings())
+             "max_session_pages", "max_pinned_pages", *RequestLimits.settings())
+_FLOAT_KEYS = ("priority_aging_seconds", "session_idle_seconds")
+_BOOL_KEYS = ("pin_threads", "allow_high_priority")
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
-_KNOWN = set(_INT_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
+_KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
                                             "speculative_mode", "mtp_kv_mode", "kv_cache_dtype", "kv_connector",
                                             "kv_connector_disk_path", "kv_connector_compression",
                                             "kv_connector_store_priority", "kv_connector_model_id",
-                                            "recompute_ms_per_token", "pin_threads"}
+                                            "recompute_ms_per_token"}
 
 
 def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSettings:
@@ -51,13 +54,24 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
                 ints[key] = int(params[key])
             except ValueError:
                 raise ValueError(f"generator parameter {key} must be an integer, got {params[key]!r}") from None
+    floats = {}
+    for key in _FLOAT_KEYS:
+        if params.get(key, "").strip():
+            try:
+                floats[key] = float(params[key])
+            except ValueError:
+                raise ValueError(f"generator parameter {key} must be a number, got {params[key]!r}") from None
+    bools = {}
+    for key in _BOOL_KEYS:
+        value = params.get(key, "").strip().lower()
+        if value and value not in ("true", "false"):
+            raise ValueError(f"generator parameter {key} must be true or false, got {params[key]!r}")
+        if value:
+            bools[key] = value == "true"
     stream_interval = ints.get("stream_interval", 1)
     if stream_interval < 1:
         raise ValueError(f"generator parameter stream_interval must be at least 1, got {stream_interval}")
     defaults = EngineConfig()
-    pin = params.get("pin_threads", "").strip().lower() or str(defaults.pin_threads).lower()
-    if pin not in ("true", "false"):
-        raise ValueError(f"generator parameter pin_threads must be true or false, got {params['pin_threads']!r}")
     engine = EngineConfig(
         num_gpu_pages=ints.get("num_gpu_pages", defaults.num_gpu_pages),
         page_size=ints.get("page_size", defaults.page_size),
@@ -65,12 +79,16 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
             max_num_seqs=ints.get("max_num_seqs", SchedulerConfig.max_num_seqs),
             max_num_batched_tokens=ints.get("max_num_batched_tokens", SchedulerConfig.max_num_batched_tokens),
             policy=params.get("scheduler_policy", "").strip() or SchedulerConfig.policy,
+            priority_aging_seconds=floats.get("priority_aging_seconds", SchedulerConfig.priority_aging_seconds),
         ),
+        max_session_pages=ints.get("max_session_pages"),
+        max_pinned_pages=ints.get("max_pinned_pages"),
+        session_idle_seconds=floats.get("session_idle_seconds", defaults.session_idle_seconds),
         max_model_len=ints.get("max_model_len", defaults.max_model_len),
         max_queue_len=ints.get("max_queue_len", defaults.max_queue_len),
         kv_cache_dtype=params.get("kv_cache_dtype", "").strip() or defaults.kv_cache_dtype,
         intra_op_threads=ints.get("intra_op_threads", 0),
-        pin_threads=pin == "true",
+        pin_threads=bools.get("pin_threads", defaults.pin_threads),
         execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
         speculative_mode=SpeculativeMode(params.get("speculative_mode", "").strip() or "none"),
         num_speculative_tokens=ints.get("num_speculative_tokens", EngineConfig.num_speculative_tokens),
@@ -100,6 +118,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         defaults={"max_tokens": ints.get("default_max_tokens", GenerateOptions.max_new_tokens)},
         stream_interval=stream_interval,
         limits=limits,
+        allow_high_priority=bools.get("allow_high_priority", False),
     )
 
 

@@ -186,6 +186,9 @@ class SchedulerConfig:
     # Tokens per step: one per decoding sequence, the rest for prompt chunks.
     max_num_batched_tokens: int = 256
     policy: str = "priority"  # or "fcfs"
+    # Ours: a request moves up one priority level for each this many seconds it has waited in the queue
+    # (low ranks as normal after it, as high after twice it), so none waits behind later arrivals forever.
+    priority_aging_seconds: float = 30.0
 
     def validate(self) -> None:
         if self.max_num_seqs <= 0:
@@ -194,6 +197,8 @@ class SchedulerConfig:
             raise ValueError("max_num_batched_tokens must be greater than zero")
         if self.policy not in ("priority", "fcfs"):
             raise ValueError(f"scheduler policy must be 'priority' or 'fcfs', got {self.policy!r}")
+        if not self.priority_aging_seconds > 0:
+            raise ValueError("priority_aging_seconds must be greater than zero")
 
 
 @dataclass
@@ -209,6 +214,12 @@ class EngineConfig:
     kv_connector: KvConnectorConfig = field(default_factory=KvConnectorConfig)
     # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
     max_queue_len: int = 256
+    # Ours: session pins (a finished turn's KV kept for the next). Each keeps at most this many pages
+    # (None: a full context's), all together at most this many (None: half the pool; the least recently
+    # used go first), and a pin unused this long is released.
+    max_session_pages: Optional[int] = None
+    max_pinned_pages: Optional[int] = None
+    session_idle_seconds: float = 300.0
     intra_op_threads: int = 0
     # The engine thread on the first CPU it may use, onnxruntime's workers each on one of the next
     # (cpu_threads.py: why). Off when several engines share the same CPUs.
@@ -239,6 +250,11 @@ class EngineConfig:
         self.kv_connector.validate(self.page_size)
         if self.max_queue_len <= 0:
             raise ValueError("max_queue_len must be greater than zero")
+        for name in ("max_session_pages", "max_pinned_pages"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if not self.session_idle_seconds > 0:
+            raise ValueError("session_idle_seconds must be greater than zero")
         if self.max_model_len <= 1:
             raise ValueError("max_model_len must be greater than one")
         self.scheduler.validate()

@@ -61,6 +61,8 @@ class Sequence:
     num_preemptions: int = 0
     cancel_requested: bool = False
     created_at: float = field(default_factory=time.monotonic)
+    waiting_since: float = field(default_factory=time.monotonic)  # last entry into the queue
+    waited: float = 0.0  # seconds spent in the queue before the current wait (priority aging)
     admitted_at: float | None = None
     first_token_at: float | None = None
     first_token_step: int | None = None

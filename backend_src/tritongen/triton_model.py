@@ -22,7 +22,7 @@ import triton_python_backend_utils as pb_utils
 
 from .engine import Engine, EngineOverloaded, EngineStopped
 from .generator_settings import parse_settings
-from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken
+from .options import FinishReason, GenerateOptions, GenerateRequest, GenerateResult, GenerateToken, Priority
 from .triton_metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, parse_request
 from .request_limits import load_json
@@ -231,6 +231,7 @@ class TritonPythonModel:
         settings = parse_settings(_parameters(self.model_config), repository)
         target = repository / settings.target_model
         self.defaults = settings.defaults
+        self.allow_high_priority = settings.allow_high_priority
         self.stream_interval = settings.stream_interval
         self.input_names = [i["name"] for i in self.model_config["input"]]
         self.output_names = {o["name"] for o in self.model_config["output"]}
@@ -276,6 +277,9 @@ class TritonPythonModel:
             if self.fault_injection:  # tests only: TRITONGEN_FAULT_INJECTION=1 in the server's environment
                 self._inject(parameters.pop("tritongen_fault", None))
             parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat, self.limits)
+            if parsed.priority == Priority.HIGH and not self.allow_high_priority:
+                raise RequestError("priority high is reserved: this server does not grant it to clients "
+                                   "(generator setting allow_high_priority)")
             try:
                 self.engine.check_options(parsed.request.options)
             except ValueError as exc:

@@ -4,11 +4,14 @@ Pages are the accounting unit (a running sequence holds pages for every
 computed token) and the host-side copy of KV: a page is written from the
 slot once it is full, then registered in the prefix trie so later requests
 (or this one, after preemption) copy it back instead of recomputing.
-A finished session keeps its pages pinned, partial last page included.
+A finished session keeps its pages pinned, partial last page included, within
+bounds: pages per session, pages over all sessions (least recently used pins
+go first), and an idle time after which a pin is released.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
@@ -23,6 +26,14 @@ from .prefix_cache import PrefixCache
 class SessionPin:
     tokens: list[int]  # tokens whose KV the pages hold
     pages: list[int]
+    pinned_at: float = 0.0  # monotonic time the turn ended
+
+
+@dataclass
+class SessionLimits:
+    max_pages: int  # per session
+    max_total_pages: int  # over all sessions
+    idle_seconds: float
 
 
 @dataclass
@@ -39,8 +50,10 @@ class ConnectorLink:
 
 
 class KvManager:
-    def __init__(self, pool: PagePool, slots: SlotDecoder, link: ConnectorLink | None = None):
+    def __init__(self, pool: PagePool, slots: SlotDecoder, link: ConnectorLink | None = None,
+                 session_limits: SessionLimits | None = None):
         self.pool = pool
+        self.session_limits = session_limits or SessionLimits(pool.num_pages, pool.num_pages, float("inf"))
         self.cache = PrefixCache(pool)
         self.slots = slots
         self.link = link
@@ -189,9 +202,7 @@ class KvManager:
 
     def _evict_session_and_allocate(self) -> int | None:
         while self.sessions:
-            _, pin = self.sessions.popitem(last=False)
-            for page in pin.pages:
-                self.pool.release(page, page in self.cache)
+            self._unpin_oldest()
             page = self.pool.allocate()
             if page is not None:
                 return page
@@ -215,20 +226,35 @@ class KvManager:
             self._store_prompt_chunks(seq)
 
     def release(self, seq: Sequence, keep_session: bool) -> None:
-        """A sequence leaves its slot: pin its KV for its session, or hand pages back to the pool."""
+        """A sequence leaves its slot: pin its KV (up to the per-session bound) for its session, or hand its pages
+        back to the pool."""
         self.commit_full_pages(seq)
-        if keep_session and seq.session_id and seq.num_computed:
-            ps = self.page_size
-            tail = seq.num_computed % ps
-            kept = self.pages_for(seq.num_computed)
-            if tail:
+        ps = self.page_size
+        kept_tokens = min(seq.num_computed, self.session_limits.max_pages * ps)
+        if keep_session and seq.session_id and kept_tokens:
+            kept = self.pages_for(kept_tokens)
+            if kept_tokens % ps:
                 page = seq.pages[kept - 1]
-                self.pool.write(page, self.slots.read(seq.slot, (kept - 1) * ps, seq.num_computed))
+                self.pool.write(page, self.slots.read(seq.slot, (kept - 1) * ps, kept_tokens))
             for page in seq.pages[kept:]:
                 self.pool.release(page, page in self.cache)
-            self.sessions[seq.session_id] = SessionPin(seq.tokens[: seq.num_computed], seq.pages[:kept])
+            self.sessions[seq.session_id] = SessionPin(seq.tokens[:kept_tokens], seq.pages[:kept], time.monotonic())
             seq.pages = []
+            while len({p for pin in self.sessions.values() for p in pin.pages}) > self.session_limits.max_total_pages:
+                self._unpin_oldest()
         self._drop_pages(seq)
+
+    def expire_sessions(self, now: float) -> float | None:
+        """Release pins idle longer than the bound; seconds until the next one expires (None: no pin)."""
+        idle = self.session_limits.idle_seconds
+        while self.sessions and next(iter(self.sessions.values())).pinned_at + idle <= now:
+            self._unpin_oldest()
+        return next(iter(self.sessions.values())).pinned_at + idle - now if self.sessions else None
+
+    def _unpin_oldest(self) -> None:
+        _, pin = self.sessions.popitem(last=False)
+        for page in pin.pages:
+            self.pool.release(page, page in self.cache)
 
     def _drop_pages(self, seq: Sequence) -> None:
         """Release the pages the sequence still holds; it has no KV placement afterwards."""

@@ -2,8 +2,10 @@
 
 The draft keeps its own KV in slots that mirror the target's: row r of the
 draft belongs to the sequence in the target's row r. It catches up on the
-tokens it has not seen (a new prompt, or what the target accepted), drafts
-k tokens, and after verification keeps only the KV of accepted tokens.
+tokens it has not seen (a new prompt, or what the target accepted) within
+the step's spare token budget, the row decoding plainly until it has,
+then drafts k tokens, and after verification keeps only the KV of accepted
+tokens.
 """
 
 from __future__ import annotations
@@ -21,13 +23,24 @@ class DraftModelProposer(Proposer):
         self.computed = [0] * decoder.max_slots  # tokens whose draft KV is valid, per slot
         self._base = [0] * decoder.max_slots
 
-    def propose(self, seq, k: int) -> Proposal | None:
+    def behind(self, seq) -> int:
+        return len(seq.tokens) - 1 - self.computed[seq.slot]
+
+    def catch_up(self, seq, max_tokens: int) -> None:
+        """Feed the draft the tokens it has not seen, in chunks, within the step's token budget."""
         slot, tokens = seq.slot, seq.tokens
-        n, target = self.computed[slot], len(tokens) - 1
+        n = self.computed[slot]
+        target = min(len(tokens) - 1, n + max_tokens)
         while n < target:
             chunk = tokens[n:min(target, n + CATCH_UP_CHUNK)]
             self.decoder.prefill(slot, np.array([chunk], np.int64), n)
             n += len(chunk)
+        self.computed[slot] = n
+
+    def propose(self, seq, k: int) -> Proposal | None:
+        """The engine calls it once `behind` is 0."""
+        slot, tokens = seq.slot, seq.tokens
+        n = self.computed[slot]
         self._base[slot] = len(tokens)
         out, probs, token = [], [], tokens[-1]
         for j in range(k):

@@ -34,6 +34,13 @@ class Proposer:
 
     hidden_outputs: tuple[str, ...] = ()  # target outputs this proposer reads (seq.hidden)
 
+    def behind(self, seq) -> int:
+        """Tokens this proposer must compute before it can propose for `seq` (a draft model's catch-up)."""
+        return 0
+
+    def catch_up(self, seq, max_tokens: int) -> None:
+        """Compute up to `max_tokens` of what `behind` counts; the engine spends the step's spare budget here."""
+
     def propose(self, seq, k: int) -> Proposal | None:
         raise NotImplementedError
 
