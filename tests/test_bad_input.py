@@ -356,6 +356,8 @@ CASES = [
          "sampling_parameters"),
     Case("sampling_parameters_5000_digit_integer", {**HI, "sampling_parameters": text('{"seed": ' + "9" * 5000 + "}")},
          "sampling_parameters"),
+    Case("sampling_parameters_over_max_json_bytes", {**HI, "sampling_parameters": text(json.dumps({"stop": ["s" * 600_000] * 2}))},
+         "sampling_parameters"),
     Case("messages_nested_5000_deep", {"messages": text("[" * 5000 + "]" * 5000)}, "messages"),
     Case("messages_lone_surrogate", {"messages": text('[{"role": "user", "content": "\\ud800"}]')}, "messages"),
     Case("messages_too_many", {"messages": text(json.dumps([{"role": "user", "content": "hi"}] * 2000))}, "messages"),

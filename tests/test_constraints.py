@@ -234,3 +234,14 @@ def test_min_length_does_not_pad_a_complete_constraint_with_eos(tiny):
     result = tiny.generate(GenerateRequest("Answer:", options))
     assert result.text in ("yes", "no") and result.finish_reason.kind == "eos_token"
     assert result.token_ids.count(tiny.tokenizer.eos_token_id) <= 1
+
+
+def test_grammars_compile_within_llguidance_limits(tiny, monkeypatch):
+    """The limits reach llguidance: shrink one and a grammar over it is a compile error, not a slow compile."""
+    import tritongen.constraints as constraints
+
+    grammar = GenerateConstraint("lark", "start: " + " | ".join(f'"w{i}"' for i in range(100)))
+    tiny.constraint_compiler().compile(grammar)  # fine within the shipped limits
+    monkeypatch.setattr(constraints, "LIMITS", {**constraints.LIMITS, "max_grammar_size": 50})
+    with pytest.raises(ValueError, match="grammar size"):
+        tiny.constraint_compiler().compile(grammar)
