@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup models serve serve-openai demo test lint clean bench soak
+.PHONY: setup models foreign-models serve serve-openai demo test lint clean bench soak
 
 setup: $(SETUP_STAMP)
 
@@ -15,6 +15,11 @@ $(SETUP_STAMP): pyproject.toml constraints.txt scripts/setup.sh
 models: setup
 	$(PY) -m tritongen.model_build
 
+# SmolLM2 and tiny twins as onnxruntime-genai's builder and Optimum make them, for tests and the bench
+# (converter environments .venv-genai and .venv-optimum; cached).
+foreign-models: setup
+	scripts/convert/build.sh
+
 serve: models
 	$(PY) -m tritongen.serve
 
@@ -24,7 +29,7 @@ serve-openai: models
 demo: models
 	$(PY) client/demo.py
 
-test: setup
+test: setup foreign-models
 	$(PY) -m pytest -q
 
 bench: models
@@ -39,4 +44,4 @@ lint: setup
 	$(PY) -m ruff check backend_src client tests bench
 
 clean:
-	rm -rf $(VENV) model_repository/target model_repository/draft model_repository/target_gqa model_repository/draft_gqa model_repository/*_head
+	rm -rf $(VENV) .venv-genai .venv-optimum foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/draft_gqa model_repository/*_head
