@@ -20,8 +20,9 @@ models: setup
 foreign-models: setup
 	scripts/convert/build.sh
 
-serve: models
-	$(PY) -m tritongen.serve
+# MODEL=<folder> serves that model folder in place (no `make models` needed).
+serve: $(if $(MODEL),setup,models)
+	$(PY) -m tritongen.serve $(if $(MODEL),--model "$(MODEL)")
 
 serve-openai: models
 	$(PY) -m tritongen.openai_api --start-triton

@@ -77,8 +77,10 @@ def test_special_tokens_add_no_text(tok):
     assert "".join(stream(tok, ids)) == "Hi there"
 
 
-def test_tokenizer_settings(tok):
-    assert tok.eos_token_id == 2 and tok.max_position == 8192
+def test_tokenizer_settings(tok, target_folder):
+    from tritongen.model_folder import locate
+
+    assert tok.eos_token_ids == (2,) and not tok.add_bos and locate(target_folder).context_length == 8192
     assert tok.vocab_size >= 49152
     assert tok.decode([tok.eos_token_id]) == ""
 

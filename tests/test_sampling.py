@@ -10,7 +10,7 @@ LOGITS = np.array([1.0, 3.0, 2.0, 0.5, -1.0, 2.5], dtype=np.float32)
 
 def sampler(prompt=(), eos=None, vocab=None, **opts):
     opts.setdefault("greedy", False)
-    return RequestSampler(GenerateOptions(**opts), list(prompt), vocab or LOGITS.shape[0], eos)
+    return RequestSampler(GenerateOptions(**opts), list(prompt), vocab or LOGITS.shape[0], () if eos is None else (eos,))
 
 
 def kept(x):

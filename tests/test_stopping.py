@@ -9,7 +9,7 @@ EOS = 0
 def checker(stops=(), max_new_tokens=100, min_length=0, prompt_len=3, context_limit=1000, stop_on_eos=True):
     options = GenerateOptions(max_new_tokens=max_new_tokens, stop_sequences=list(stops), min_length=min_length,
                               stop_on_eos=stop_on_eos)
-    return StopChecker(options, EOS, prompt_len, context_limit)
+    return StopChecker(options, (EOS,), prompt_len, context_limit)
 
 
 def run(c, pieces, ids=None):

@@ -25,12 +25,15 @@ from .cpu_threads import pin_calling_thread
 from .constraints import ConstraintCompiler, MaskComputer, allowed_tokens
 from .kv.manager import ConnectorLink, KvManager, SessionLimits
 from .kv.model_identity import model_identity
+from .kv.codec import codec
 from .kv.page_pool import PagePool
+from .memory_budget import check_kv_fits
 from .kv_concat import ConcatSlotDecoder
 from .kv_slots import SlotDecoder
 from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResult, GenerateToken,
                       PrioritizedGenerateResult, Priority, ScheduledGenerateArrival)
-from .repository import model_input_names, onnx_path
+from .decoder_signature import uses_group_query_attention
+from .model_folder import ModelFiles, locate
 from .sampling import RequestSampler, TokenChoice
 from .speculative.draft_model import DraftModelProposer
 from .speculative.eagle3 import Eagle3Proposer
@@ -81,29 +84,38 @@ class EngineStats:
     decode_log: deque = field(default_factory=lambda: deque(maxlen=4096))
 
 
-def open_slot_decoder(folder: Path, max_slots: int, max_len: int, threads: int, providers, pin_threads: bool):
-    """The GroupQueryAttention layout when the model has it; the concat past/present fallback otherwise."""
-    kind = SlotDecoder if "seqlens_k" in model_input_names(folder) else ConcatSlotDecoder
-    return kind(onnx_path(folder), max_slots, max_len, threads, providers, pin_threads)
+def open_slot_decoder(files: ModelFiles, max_slots: int, max_len: int, threads: int, providers, pin_threads: bool,
+                      vocab_size: int | None = None):
+    """The slot layout when the graph's attention is GroupQueryAttention; the concat past/present one otherwise."""
+    slots = uses_group_query_attention(files.onnx_file)
+    kind = SlotDecoder if slots else ConcatSlotDecoder
+    return kind(files.onnx_file, max_slots, max_len, threads, providers, pin_threads, files.head_dim, vocab_size)
 
 
 class Engine:
     def __init__(self, model_folder: Path, config: EngineConfig | None = None):
         self.config = config or EngineConfig()
         self.config.validate()
-        model_folder = Path(model_folder)
+        self.files = locate(Path(model_folder), self.config.model_variant)
+        model_folder = self.files.folder
         self.tokenizer = TextTokenizer(model_folder)
-        self.max_len = min(self.config.max_model_len, self.tokenizer.max_position)
+        # The model's declared context caps the operator's max_model_len; a model that declares none gets it.
+        self.max_len = min(self.config.max_model_len, self.files.context_length or self.config.max_model_len)
         pool_tokens = self.config.num_gpu_pages * self.config.page_size
         if pool_tokens < self.max_len:
             raise ValueError(f"num_gpu_pages x page_size = {self.config.num_gpu_pages} x {self.config.page_size} = "
                              f"{pool_tokens} tokens, below max_model_len {self.max_len}: a sequence of full length "
                              "would never fit; raise num_gpu_pages or lower max_model_len")
-        self.decoder = open_slot_decoder(model_folder, self.config.scheduler.max_num_seqs, self.max_len,
+        self.decoder = open_slot_decoder(self.files, self.config.scheduler.max_num_seqs, self.max_len,
                                          self.config.intra_op_threads, self.config.execution_providers or None,
-                                         self.config.pin_threads)
+                                         self.config.pin_threads, self.tokenizer.vocab_size)
         shape = self.decoder.shape
         self.vocab_size = shape.vocab_size
+        values_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim
+        self.memory_line = check_kv_fits(
+            int(self.config.num_gpu_pages * self.config.page_size * values_per_token
+                * codec(self.config.kv_cache_dtype).bytes_per_value(shape.head_dim)),
+            self.decoder.bytes_per_token() * self.config.scheduler.max_num_seqs * self.max_len)
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
                              shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
         model_id = self._connector_model_id(model_folder)
@@ -184,10 +196,10 @@ class Engine:
         options = request.options
         matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None
         proposer, spec_mode, spec_k = self._speculation(options)
-        eos = options.eos_token_id if options.eos_token_id is not None else self.tokenizer.eos_token_id
+        eos = (options.eos_token_id,) if options.eos_token_id is not None else self.tokenizer.eos_token_ids
         seq = Sequence(
             request_id=next(self._ids), prompt_ids=ids, priority=priority, arrival=next(self._arrivals),
-            sampler=RequestSampler(options, ids, self.vocab_size, eos if options.stop_on_eos else None),
+            sampler=RequestSampler(options, ids, self.vocab_size, eos if options.stop_on_eos else ()),
             stopper=StopChecker(options, eos, len(ids), self.context_limit(request)),
             detok=IncrementalDetokenizer(self.tokenizer, ids), on_token=on_token, on_done=on_done,
             session_id=session_id, end_session=end_session,
@@ -228,7 +240,7 @@ class Engine:
         cfg = self.config.kv_connector
         if cfg.backend == "null":
             return ""
-        return f"{cfg.model_id or model_folder.name}@{model_identity(onnx_path(model_folder))}"
+        return f"{cfg.model_id or model_folder.name}@{model_identity(self.files.onnx_file)}"
 
     def _connector_link(self, model_id: str) -> ConnectorLink | None:
         cfg = self.config.kv_connector
@@ -251,7 +263,7 @@ class Engine:
         cfg = self.config
         proposers: dict = {"prompt_lookup": PromptLookupProposer()}
         if cfg.draft_model is not None:
-            draft = open_slot_decoder(Path(cfg.draft_model), cfg.scheduler.max_num_seqs, self.max_len,
+            draft = open_slot_decoder(locate(Path(cfg.draft_model)), cfg.scheduler.max_num_seqs, self.max_len,
                                       cfg.intra_op_threads, cfg.execution_providers or None, cfg.pin_threads)
             if draft.shape.vocab_size != self.vocab_size:
                 raise ValueError(f"draft model vocabulary {draft.shape.vocab_size} differs from the target's {self.vocab_size}")
@@ -588,7 +600,7 @@ class Engine:
             seq.first_token_at, seq.first_token_step = now, self.stats.steps
         seq.token_times.append(now)
         text, reason = seq.stopper.add(token, seq.detok.add(token))
-        if reason is None and seq.matcher is not None and seq.matcher.is_stopped() and token == seq.stopper.eos_token_id:
+        if reason is None and seq.matcher is not None and seq.matcher.is_stopped() and token in seq.stopper.eos_token_ids:
             reason = FinishReason.EOS_TOKEN  # the constraint is complete: min_length cannot ask for more
         if seq.logprobs is not None:
             seq.logprobs.append(choice.logprob)

@@ -38,7 +38,7 @@ _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
                                             "speculative_mode", "mtp_kv_mode", "kv_cache_dtype", "kv_connector",
                                             "kv_connector_disk_path", "kv_connector_compression",
-                                            "kv_connector_store_priority", "kv_connector_model_id",
+                                            "kv_connector_store_priority", "kv_connector_model_id", "model_variant",
                                             "recompute_ms_per_token"}
 
 
@@ -81,6 +81,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
             policy=params.get("scheduler_policy", "").strip() or SchedulerConfig.policy,
             priority_aging_seconds=floats.get("priority_aging_seconds", SchedulerConfig.priority_aging_seconds),
         ),
+        model_variant=params.get("model_variant", "").strip(),
         max_session_pages=ints.get("max_session_pages"),
         max_pinned_pages=ints.get("max_pinned_pages"),
         session_idle_seconds=floats.get("session_idle_seconds", defaults.session_idle_seconds),

@@ -22,18 +22,19 @@ class ConcatSlotDecoder:
     decodes_all_rows = True
 
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
-                 providers: list[str] | None = None, pin_threads: bool = False):
-        self.runner = DecoderRunner(model_path, intra_op_threads, providers, pin_threads)
-        self.shape = self.runner.shape
+                 providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,
+                 vocab_size: int | None = None):
+        self.runner = DecoderRunner(model_path, intra_op_threads, providers, pin_threads, head_dim, vocab_size)
+        self.shape, self.kv_dtype = self.runner.shape, self.runner.kv_dtype
         self.max_slots, self.max_len = max_slots, max_len
         s = self.shape
-        empty = np.zeros((0, s.num_kv_heads, 0, s.head_dim), np.float32)
+        empty = np.zeros((0, s.num_kv_heads, 0, s.head_dim), self.kv_dtype)
         self.past: list[list[np.ndarray]] = [[empty, empty] for _ in range(s.num_layers)]
         self.lengths: list[int] = []  # valid tokens per row
 
     def bytes_per_token(self) -> int:
         s = self.shape
-        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * 4
+        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * np.dtype(self.kv_dtype).itemsize
 
     @property
     def width(self) -> int:
@@ -46,7 +47,7 @@ class ConcatSlotDecoder:
         old_width = self.width
         for pair in self.past:
             for j, old in enumerate(pair):
-                new = np.zeros((rows, s.num_kv_heads, width, s.head_dim), np.float32)
+                new = np.zeros((rows, s.num_kv_heads, width, s.head_dim), self.kv_dtype)
                 for r in range(min(rows, old.shape[0])):
                     n = lengths[r]
                     if n:

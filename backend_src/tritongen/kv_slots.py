@@ -5,7 +5,10 @@ buffer is bound as its past and its present, so a decode step over slots
 [0, B) copies no KV at all: it binds views of the first B rows. A prompt
 chunk runs as a batch-1 call on a view of its own row. Active sequences
 occupy rows [0, B) contiguously; when one leaves, the last row moves into
-its place.
+its place. The rows' lengths go in as our builder's `seqlens_k` and
+`total_sequence_length`, or as onnxruntime-genai's right-padded
+`attention_mask` (row sums are the lengths, its width the longest); the KV
+buffers take the graph's dtype (float16 graphs keep float16 KV).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import numpy as np
 import onnxruntime as ort
 
 from .cpu_threads import session_options
-from .model_runner import DecoderShape, default_providers, stack_kv
+from .decoder_signature import open_session, signature
+from .model_runner import default_providers, stack_kv
 
 
 class SlotDecoder:
@@ -24,29 +28,30 @@ class SlotDecoder:
     decodes_all_rows = False
 
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
-                 providers: list[str] | None = None, pin_threads: bool = False):
+                 providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,
+                 vocab_size: int | None = None):
         options = session_options(intra_op_threads, pin_threads)
-        self.session = ort.InferenceSession(str(model_path), options, providers=providers or default_providers())
-        inputs = {i.name: i for i in self.session.get_inputs()}
-        if "seqlens_k" not in inputs:
-            raise ValueError(f"{model_path} is not a GroupQueryAttention decoder (no seqlens_k input)")
-        num_layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
-        kv = inputs["past_key_values.0.key"].shape
-        vocab = next(o for o in self.session.get_outputs() if o.name == "logits").shape[2]
-        self.shape = DecoderShape(num_layers, int(kv[1]), int(kv[3]), int(vocab))
+        self.session = open_session(model_path, options, providers or default_providers())
+        sig = signature(self.session, Path(model_path), head_dim, vocab_size)
+        if sig.layout != "slots":
+            raise ValueError(f"{model_path} is not a GroupQueryAttention decoder")
+        self.shape, self.kv_dtype, self.logits_dtype = sig.shape, sig.kv_dtype, sig.logits_dtype
         self.output_names = [o.name for o in self.session.get_outputs()]
         # Models built here take num_logits_to_keep (0: every position); others always return every one.
-        self.keeps_logits = "num_logits_to_keep" in inputs
+        self.keeps_logits = "num_logits_to_keep" in sig.inputs
+        self.mask_fed = "seqlens_k" not in sig.inputs  # onnxruntime-genai's graphs
+        self.takes_positions = "position_ids" in sig.inputs
         self.max_slots, self.max_len = max_slots, max_len
         dims = (max_slots, self.shape.num_kv_heads, max_len, self.shape.head_dim)
-        self.keys = [np.zeros(dims, np.float32) for _ in range(num_layers)]
-        self.values = [np.zeros(dims, np.float32) for _ in range(num_layers)]
+        self.keys = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
+        self.values = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
         self._views: dict[tuple[int, int], list[tuple[ort.OrtValue, ort.OrtValue]]] = {}
-        self._logits = np.empty(0, np.float32)
+        self._logits = np.empty(0, self.logits_dtype)
+        self._columns = np.arange(max_len, dtype=np.int64)
 
     def bytes_per_token(self) -> int:
         s = self.shape
-        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * 4
+        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * np.dtype(self.kv_dtype).itemsize
 
     def _kv_views(self, start: int, count: int):
         key = (start, count)
@@ -61,7 +66,7 @@ class SlotDecoder:
     def _logits_view(self, rows: int, seq: int) -> np.ndarray:
         size = rows * seq * self.shape.vocab_size
         if self._logits.size < size:
-            self._logits = np.empty(size, np.float32)
+            self._logits = np.empty(size, self.logits_dtype)
         return self._logits[:size].reshape(rows, seq, self.shape.vocab_size)
 
     def run(self, first_slot: int, input_ids: np.ndarray, seqlens_k: np.ndarray,
@@ -75,8 +80,15 @@ class SlotDecoder:
         rows, seq = input_ids.shape
         binding = self.session.io_binding()
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(input_ids, dtype=np.int64))
-        binding.bind_cpu_input("seqlens_k", np.ascontiguousarray(seqlens_k, dtype=np.int32))
-        binding.bind_cpu_input("total_sequence_length", np.array(int(seqlens_k.max()) + 1, dtype=np.int32))
+        total = int(seqlens_k.max()) + 1
+        if self.mask_fed:  # right-padded: row r attends to its first seqlens_k[r] + 1 positions
+            binding.bind_cpu_input("attention_mask", (self._columns[:total] <= seqlens_k[:, None]).astype(np.int64))
+        else:
+            binding.bind_cpu_input("seqlens_k", np.ascontiguousarray(seqlens_k, dtype=np.int32))
+            binding.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
+        if self.takes_positions:
+            positions = seqlens_k.astype(np.int64)[:, None] - (seq - 1) + self._columns[:seq]
+            binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
         if self.keeps_logits:
             keep = 1 if last_logits_only else 0
             binding.bind_cpu_input("num_logits_to_keep", np.array(keep, dtype=np.int64))

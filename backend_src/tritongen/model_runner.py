@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from .cpu_threads import session_options
-
-
-@dataclass(frozen=True)
-class DecoderShape:
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
+from .decoder_signature import open_session, signature
 
 
 def stack_kv(pairs, index) -> np.ndarray:
@@ -38,27 +30,26 @@ def default_providers() -> list[str]:
 
 class DecoderRunner:
     def __init__(self, model_path: Path, intra_op_threads: int = 0, providers: list[str] | None = None,
-                 pin_threads: bool = False):
+                 pin_threads: bool = False, head_dim: int | None = None, vocab_size: int | None = None):
         options = session_options(intra_op_threads, pin_threads)
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(str(model_path), options, providers=providers or default_providers())
-        inputs = {i.name: i for i in self.session.get_inputs()}
-        self.num_layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
-        kv = inputs["past_key_values.0.key"].shape
-        logits = next(o for o in self.session.get_outputs() if o.name == "logits")
-        self.shape = DecoderShape(self.num_layers, int(kv[1]), int(kv[3]), int(logits.shape[2]))
+        self.session = open_session(model_path, options, providers or default_providers())
+        sig = signature(self.session, Path(model_path), head_dim, vocab_size)
+        self.shape, self.kv_dtype, self.inputs = sig.shape, sig.kv_dtype, sig.inputs
+        self.num_layers = sig.shape.num_layers
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._present = [(f"present.{i}.key", f"present.{i}.value") for i in range(self.num_layers)]
 
     def empty_past(self, batch: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
         s = self.shape
-        z = np.zeros((batch, s.num_kv_heads, 0, s.head_dim), dtype=np.float32)
+        z = np.zeros((batch, s.num_kv_heads, 0, s.head_dim), dtype=self.kv_dtype)
         return [(z, z) for _ in range(s.num_layers)]
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray,
                 past: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]], dict]:
         """Returns (logits [b,s,V], present KV per layer, the other outputs by name)."""
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        feeds = {k: v for k, v in feeds.items() if k in self.inputs}
         for i, (k, v) in enumerate(past):
             feeds[f"past_key_values.{i}.key"] = k
             feeds[f"past_key_values.{i}.value"] = v

@@ -214,6 +214,8 @@ class EngineConfig:
     kv_connector: KvConnectorConfig = field(default_factory=KvConnectorConfig)
     # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
     max_queue_len: int = 256
+    # Ours: which graph of an onnx-community hub folder (onnx/model_<variant>.onnx; "" for onnx/model.onnx).
+    model_variant: str = ""
     # Ours: session pins (a finished turn's KV kept for the next). Each keeps at most this many pages
     # (None: a full context's), all together at most this many (None: half the pool; the least recently
     # used go first), and a pin unused this long is released.

@@ -32,10 +32,11 @@ class TokenChoice:
 class RequestSampler:
     """Per-request sampling state: options, token counts, random generator."""
 
-    def __init__(self, options: GenerateOptions, prompt_ids: list[int], vocab_size: int, eos_token_id: int | None):
+    def __init__(self, options: GenerateOptions, prompt_ids: list[int], vocab_size: int,
+                 eos_token_ids: tuple[int, ...] = ()):
         self.options = options
         self.vocab_size = vocab_size
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = list(eos_token_ids)  # banned until min_length; empty: no EOS to ban
         self.greedy = options.greedy or options.temperature < MIN_TEMPERATURE
         self.rng = np.random.Generator(np.random.PCG64(options.seed)) if not self.greedy else None
         self.uses_penalties = (
@@ -53,7 +54,7 @@ class RequestSampler:
         """Argmax of the raw logits is the answer: the batch can take it in one vectorised call."""
         o = self.options
         return (self.greedy and not self.uses_penalties and o.top_logprobs is None and o.constraint is None
-                and (self.num_generated >= o.min_length or self.eos_token_id is None))
+                and (self.num_generated >= o.min_length or not self.eos_token_ids))
 
     def record(self, token_id: int) -> None:
         self.num_generated += 1
@@ -77,8 +78,8 @@ class RequestSampler:
             x -= o.presence_penalty * (self.output_counts > 0)
         if self.uses_penalties:  # extreme penalties overflow: they rank tokens, they do not mask them
             np.clip(x, -_FLT_MAX, _FLT_MAX, out=x)
-        if self.num_generated < o.min_length and self.eos_token_id is not None:
-            x[self.eos_token_id] = NEG_INF
+        if self.num_generated < o.min_length and self.eos_token_ids:
+            x[self.eos_token_ids] = NEG_INF
         if allowed is not None:
             constrained = np.where(allowed[: x.shape[0]], x, NEG_INF)
             # min_length may ban the only token the constraint allows (EOS of a complete value):

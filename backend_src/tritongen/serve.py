@@ -41,6 +41,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from .lockdown import GRPC_OPERATOR_HEADER, LOOPBACK, OPERATOR_HEADER, OPERATOR_KEY_ENV, operator_key, server_args
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +115,31 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+SPECULATIVE_FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
+
+
+def folder_repository(model: Path, variant: str = "", speculative: dict[str, Path] | None = None,
+                      base: Path = DEFAULT_MODEL_REPOSITORY) -> Path:
+    """A temporary repository whose generator serves the model folder at `model` in place (read, never written).
+
+    The model-based speculative modes are off unless `speculative` names their folders.
+    """
+    model = Path(model).resolve()
+    if not model.is_dir():
+        raise RuntimeError(f"model folder not found: {model}")
+    repository = Path(tempfile.mkdtemp(prefix="tritongen-repository-"))
+    shutil.copytree(base / "generator", repository / "generator", ignore=shutil.ignore_patterns("__pycache__"))
+    path = repository / "generator" / "config.pbtxt"
+    config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
+    config.parameters["target_model"].string_value = str(model)
+    config.parameters["model_variant"].string_value = variant
+    for key in SPECULATIVE_FOLDERS:
+        folder = (speculative or {}).get(key)
+        config.parameters[key].string_value = str(Path(folder).resolve()) if folder else ""
+    path.write_text(text_format.MessageToString(config), encoding="utf-8")
+    return repository
 
 
 def scrape_metrics(url: str) -> dict[str, float]:
@@ -252,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     env = os.environ
     ap = argparse.ArgumentParser(prog="python -m tritongen.serve", description=__doc__.split("\n")[0])
     ap.add_argument("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY)
+    ap.add_argument("--model", type=Path,
+                    help="serve this model folder in place (ours, onnxruntime-genai's, Optimum's or the hub layout)")
+    ap.add_argument("--model-variant", default="", help="with the hub layout: onnx/model_<variant>.onnx")
+    for key in SPECULATIVE_FOLDERS:
+        ap.add_argument(f"--{key.replace('_', '-')}", type=Path, help=f"with --model: the {key} folder (else off)")
     ap.add_argument("--load-model", action="append", dest="models",
                     help="model to load (repeatable; default: generator)")
     ap.add_argument("--http-port", type=int, default=int(env.get("TRITON_HTTP_PORT", 8000)))
@@ -271,7 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         print(install_stub())
         return 0
 
-    server = TritonServer(args.model_repository, args.models or ["generator"], args.http_port,
+    repository = args.model_repository
+    if args.model is not None:
+        speculative = {key: getattr(args, key) for key in SPECULATIVE_FOLDERS if getattr(args, key)}
+        repository = folder_repository(args.model, args.model_variant, speculative, args.model_repository)
+    server = TritonServer(repository, args.models or ["generator"], args.http_port,
                           args.grpc_port, args.metrics_port, args.log_file, host=args.host,
                           key_file=args.operator_key_file)
     stopping = False
@@ -302,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not interrupt the shutdown
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         server.stop()
+        if args.model is not None:
+            shutil.rmtree(repository, ignore_errors=True)
         if stopping:
             print("tritonserver stopped", file=sys.stderr)
 

@@ -11,9 +11,9 @@ from .options import FinishReason, GenerateOptions
 
 
 class StopChecker:
-    def __init__(self, options: GenerateOptions, eos_token_id: int | None, prompt_len: int, context_limit: int):
+    def __init__(self, options: GenerateOptions, eos_token_ids: tuple[int, ...], prompt_len: int, context_limit: int):
         self.options = options
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = eos_token_ids  # any of them ends the request
         self.prompt_len = prompt_len
         self.context_limit = context_limit
         self.stop_texts = [(i, s) for i, s in enumerate(options.stop_sequences) if isinstance(s, str)]
@@ -27,7 +27,7 @@ class StopChecker:
         self.token_ids.append(token_id)
         n = len(self.token_ids)
         stops_allowed = n >= self.options.min_length
-        if self.options.stop_on_eos and token_id == self.eos_token_id and stops_allowed:
+        if self.options.stop_on_eos and token_id in self.eos_token_ids and stops_allowed:
             return self._release_all(), FinishReason.EOS_TOKEN
         old_len = len(self.text)
         self.text += piece

@@ -1,48 +1,93 @@
-"""Tokenizer folder (tokenizer.json + settings), chat rendering, streaming detokenization."""
+"""A model folder's tokenizer: tokenizer.json, its special tokens, EOS ids, BOS, chat template; streaming
+detokenization.
+
+What the folder's files say wins, as transformers reads them: every id of a
+list-valued `eos_token_id` stops (generation_config.json, else
+genai_config.json, else config.json, else the tokenizer config's
+eos_token), and a text prompt gets a BOS when tokenizer_config.json's
+`add_bos_token` says so (when it is silent, when tokenizer.json's
+post-processor adds one). A rendered chat never gets one: its template
+writes what it needs.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
+
+from .chat_template import ChatTemplate, template_source
+from .model_folder import read_json
+
+_SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+
+
+def _token_text(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or an AddedToken dict."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _ids(value) -> list[int]:
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
 class TextTokenizer:
     def __init__(self, folder: Path):
         folder = Path(folder)
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-        generation = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
-        self.eos_token_id: int = generation["eos_token_id"]
-        self.max_position: int = generation["max_position_embeddings"]
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise ValueError(f"{folder}: no tokenizer.json (the model folder must carry its tokenizer)")
+        self.json_text = path.read_text(encoding="utf-8")
+        try:
+            self.tokenizer = Tokenizer.from_str(self.json_text)
+        except Exception as exc:  # noqa: BLE001 - the tokenizers library raises its own exception type
+            raise ValueError(f"{path}: not a tokenizer the tokenizers library reads ({exc})") from None
+        config = read_json(folder, "tokenizer_config.json")
         self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
-        self.json_text = (folder / "tokenizer.json").read_text(encoding="utf-8")
-        template = config.get("chat_template")
-        self._template = None
-        if template:
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-            env.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent, ensure_ascii=False)
-            env.globals["raise_exception"] = _raise_template_error
-            self._template = env.from_string(template)
-        self._special = {"bos_token": config.get("bos_token"), "eos_token": config.get("eos_token")}
+        self.special_tokens = {k: t for k in _SPECIAL_KEYS if (t := _token_text(config.get(k))) is not None}
+        self.eos_token_ids = self._eos_ids(folder, config)
+        self.eos_token_id: int = self.eos_token_ids[0]
+        bos = self.special_tokens.get("bos_token")
+        self.bos_token_id = self.tokenizer.token_to_id(bos) if bos else None
+        adds_bos = self.bos_token_id is not None and self.tokenizer.encode("a").ids[:1] == [self.bos_token_id]
+        self.add_bos = bool(config.get("add_bos_token", adds_bos)) and self.bos_token_id is not None
+        source = template_source(folder, config)
+        self.chat = ChatTemplate(source, self.special_tokens) if source else None
 
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+    def _eos_ids(self, folder: Path, config: dict) -> tuple[int, ...]:
+        for name, value in (("generation_config.json", read_json(folder, "generation_config.json").get("eos_token_id")),
+                            ("genai_config.json", read_json(folder, "genai_config.json").get("model", {}).get("eos_token_id")),
+                            ("config.json", read_json(folder, "config.json").get("eos_token_id"))):
+            if value is not None:
+                ids = _ids(value)
+                if not ids:
+                    raise ValueError(f"{folder / name}: eos_token_id must be an integer or a list of them")
+                return tuple(dict.fromkeys(ids))
+        eos = self.special_tokens.get("eos_token")
+        if eos is not None and self.tokenizer.token_to_id(eos) is not None:
+            return (self.tokenizer.token_to_id(eos),)
+        raise ValueError(f"{folder}: no EOS token id (looked for eos_token_id in generation_config.json, "
+                         "genai_config.json and config.json, and eos_token in tokenizer_config.json)")
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """A text prompt's ids, with the model's BOS when its tokenizer config asks for one and `add_bos`."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return [self.bos_token_id, *ids] if add_bos and self.add_bos else ids
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def render_chat(self, messages: list[dict]) -> str:
-        """The model's chat template with the assistant turn opened (add_generation_prompt)."""
-        if self._template is None:
+    def render_chat(self, messages: list[dict], **kwargs) -> str:
+        """The model's chat template with the assistant turn opened; `kwargs` reach the template (tools, ...)."""
+        if self.chat is None:
             raise ValueError("this model has no chat template; send text_input or input_ids instead")
-        return self._template.render(messages=messages, add_generation_prompt=True, **self._special)
+        return self.chat.render(messages, add_generation_prompt=True, **kwargs)
 
-
-def _raise_template_error(message: str):
-    raise ValueError(f"chat template: {message}")
+    def encode_chat(self, messages: list[dict], **kwargs) -> list[int]:
+        return self.encode(self.render_chat(messages, **kwargs), add_bos=False)
 
 
 class IncrementalDetokenizer:

@@ -255,7 +255,9 @@ class TritonPythonModel:
         self.model_name = args["model_name"]
         self.fault_injection = os.environ.get("TRITONGEN_FAULT_INJECTION") == "1"
         warm = self.engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2)))
-        self.logger.log_info(f"generator ready: target {target.name}, warm-up produced {len(warm.token_ids)} tokens")
+        self.logger.log_info(f"generator ready: target {target} ({self.engine.files.layout} layout, "
+                             f"{type(self.engine.decoder).__name__}), {self.engine.memory_line}; warm-up produced "
+                             f"{len(warm.token_ids)} tokens")
 
     def execute(self, requests):
         for request in requests:
@@ -284,8 +286,12 @@ class TritonPythonModel:
                 self.engine.check_options(parsed.request.options)
             except ValueError as exc:
                 raise RequestError(str(exc)) from None
+            request_in = parsed.request
+            if parsed.prompt_field == "messages":  # a rendered chat gets no BOS: its template writes what it needs
+                request_in = GenerateRequest(self.engine.tokenizer.encode(request_in.prompt, add_bos=False),
+                                             request_in.options)
             try:
-                prompt_ids = self.engine.tokenize_prompt(parsed.request)
+                prompt_ids = self.engine.tokenize_prompt(request_in)
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.step_sends,

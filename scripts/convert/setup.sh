@@ -16,8 +16,8 @@ for name in genai optimum; do
   fi
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade "pip==26.3"
-  "$venv/bin/python" -m pip install -q -r "$req"
+  "$venv/bin/python" -m pip install -q --upgrade "pip==26.3" 2> >(grep -v "^WARNING: Location" >&2)
+  "$venv/bin/python" -m pip install -q -r "$req" 2> >(grep -v "^WARNING: Location" >&2)
   echo "$want" > "$stamp"
   echo "convert: $venv ready ($(du -sh "$venv" | cut -f1))"
 done
