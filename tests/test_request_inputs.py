@@ -232,3 +232,22 @@ def test_sizes_are_checked_before_the_chat_is_rendered_or_anything_tokenized():
     assert rendered == []  # and parse_request never tokenizes: the engine does, after it
     parse_request({"messages": np.array([b'[{"role": "user", "content": "hi"}]'], np.object_)}, {}, {}, render, limits)
     assert len(rendered) == 1  # the spy works
+
+
+def test_tools_and_chat_template_kwargs_reach_the_template():
+    seen = {}
+
+    def render(messages, **kwargs):
+        seen.update(kwargs)
+        return "rendered"
+
+    chat = np.array([b'[{"role": "user", "content": "hi"}]'], np.object_)
+    tools = np.array([b'[{"type": "function", "function": {"name": "now"}}]'], np.object_)
+    parse_request({"messages": chat, "tools": tools,
+                   "chat_template_kwargs": np.array([b'{"enable_thinking": false}'], np.object_)}, {}, {}, render)
+    assert seen == {"tools": [{"type": "function", "function": {"name": "now"}}], "enable_thinking": False}
+    with pytest.raises(RequestError, match="chat_template_kwargs may not set messages"):
+        parse_request({"messages": chat, "chat_template_kwargs": np.array([b'{"messages": []}'], np.object_)}, {}, {},
+                      render)
+    with pytest.raises(RequestError, match="tools must be a JSON list"):
+        parse_request({"messages": chat, "tools": np.array([b'{"a": 1}'], np.object_)}, {}, {}, render)

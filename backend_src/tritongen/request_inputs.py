@@ -32,7 +32,10 @@ _SCALARS = {
     "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
     "logprobs": _INT, "end_session": _BOOL, "num_draft_tokens": _INT, "stream_interval": _INT,
 }
-_STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide", "speculative"}
+_STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide", "speculative", "tools",
+            "chat_template_kwargs"}
+# What the chat template itself is given; chat_template_kwargs may not replace these.
+_TEMPLATE_OWN = {"messages", "tools", "documents", "add_generation_prompt"}
 # vLLM's guided_decoding keys -> our constraint kinds.
 _GUIDED_KEYS = {"json": "json_schema", "json_object": "json", "regex": "regex", "grammar": "lark", "choice": "choice"}
 _SAMPLING_KEYS = {
@@ -183,7 +186,27 @@ def _stops(tensors: dict, sampling: dict, parameters: dict, limits: RequestLimit
     return stops + [(t,) for t in token_stops]
 
 
-def _prompt(tensors: dict, render_chat, limits: RequestLimits) -> tuple:
+def _template_inputs(tensors: dict, parameters: dict, limits: RequestLimits) -> dict:
+    """`tools` (a JSON list of tool schemas) and `chat_template_kwargs` (a JSON object), for the chat template."""
+    out = {}
+    tools = _string_option("tools", tensors, parameters, limits.max_json_bytes, "max_json_bytes")
+    if tools is not None:
+        out["tools"] = load_json("tools", tools, limits)
+        if not isinstance(out["tools"], list) or not all(isinstance(t, dict) for t in out["tools"]):
+            raise RequestError("tools must be a JSON list of tool schemas (objects)")
+    kwargs = _string_option("chat_template_kwargs", tensors, parameters, limits.max_json_bytes, "max_json_bytes")
+    if kwargs is not None:
+        kwargs = load_json("chat_template_kwargs", kwargs, limits)
+        if not isinstance(kwargs, dict):
+            raise RequestError("chat_template_kwargs must be a JSON object")
+        reserved = sorted(set(kwargs) & _TEMPLATE_OWN)
+        if reserved:
+            raise RequestError(f"chat_template_kwargs may not set {', '.join(reserved)}")
+        out.update(kwargs)
+    return out
+
+
+def _prompt(tensors: dict, parameters: dict, render_chat, limits: RequestLimits) -> tuple:
     """(prompt as text or ids, its text or None, the input that held it); sizes checked before any work."""
     given = [name for name in PROMPT_INPUTS if name in tensors]
     if not given:
@@ -201,7 +224,7 @@ def _prompt(tensors: dict, render_chat, limits: RequestLimits) -> tuple:
     if "messages" in tensors:
         raw = _text("messages", _scalar_tensor("messages", tensors["messages"]), limits.max_prompt_bytes,
                     "max_prompt_bytes")
-        prompt = render_chat(_messages(raw, limits))
+        prompt = render_chat(_messages(raw, limits), **_template_inputs(tensors, parameters, limits))
         check_bytes("messages (rendered with the chat template)", len(prompt.encode("utf-8")),
                     limits.max_prompt_bytes, "max_prompt_bytes")
         return prompt, prompt, "messages"
@@ -233,7 +256,7 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
                 return _coerce(f"parameter {key}", kind, parameters[key])
         return defaults.get(name)
 
-    prompt, prompt_text, prompt_field = _prompt(tensors, render_chat, limits)
+    prompt, prompt_text, prompt_field = _prompt(tensors, parameters, render_chat, limits)
 
     options = GenerateOptions()
     max_tokens = get("max_tokens", _INT)
