@@ -45,4 +45,4 @@ lint: setup
 	$(PY) -m ruff check backend_src client tests bench
 
 clean:
-	rm -rf $(VENV) .venv-genai .venv-optimum foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/draft_gqa model_repository/*_head
+	rm -rf $(VENV) .venv-genai .venv-optimum foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/target_gqa_int4 model_repository/draft_gqa model_repository/*_head
