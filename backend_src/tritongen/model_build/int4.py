@@ -9,6 +9,8 @@ at one stream (bench/int4_variants.py measures each choice).
 
 from __future__ import annotations
 
+import logging
+
 import onnx
 from onnx import helper, numpy_helper
 from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
@@ -31,6 +33,7 @@ def quantize_int4(model: onnx.ModelProto, block_size: int = 32, accuracy_level: 
     if quantize_lm_head:
         untie_lm_head(model)
     config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=symmetric, accuracy_level=accuracy_level)
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)  # a line per node
     quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
                                      accuracy_level=accuracy_level, algo_config=config)
     quantizer.process()
