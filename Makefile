@@ -33,7 +33,7 @@ demo: models
 test: setup foreign-models
 	$(PY) -m pytest -q
 
-bench: models
+bench: models foreign-models
 	bench/setup.sh
 	$(PY) bench/run.py
 

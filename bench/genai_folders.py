@@ -150,6 +150,26 @@ def measure(folder: Path, passes: int, tokens: int, threads: int) -> dict:
     return {"config": worker.config, "rate": rate, "same_1": same_1, "same_16": same_16}
 
 
+def markdown(name: str, r: dict, threads: int) -> str:
+    rate = r["rate"]
+    return (f"`foreign_models/{name}` (onnxruntime-genai {r['config']['version']}'s builder, `-p int4 -e cpu`), "
+            f"{threads} onnxruntime threads each, greedy, 64 new tokens, 3 alternating passes; og.Engine on its "
+            f"static batching path, batch {r['config']['max_batch']} (dynamic batching needs a paged-KV graph).\n\n"
+            "| streams | tritongen via Triton | onnxruntime-genai | ratio | same tokens |\n|---:|---:|---:|---:|---|\n"
+            f"| 1 | {rate['triton-1']:.1f} tok/s | og.Generator {rate['og-generator']:.1f} tok/s | "
+            f"{rate['triton-1'] / rate['og-generator']:.2f}x | {r['same_1']} |\n"
+            f"| {STREAMS} | {rate['triton-16']:.1f} tok/s | og.Engine {rate['og-engine']:.1f} tok/s | "
+            f"{rate['triton-16'] / rate['og-engine']:.2f}x | {r['same_16']} of {STREAMS} |\n")
+
+
+def targets(r: dict) -> list[tuple]:
+    """(issue, target, ratio, threshold, met) rows for the bench's targets table."""
+    one = r["rate"]["triton-1"] / r["rate"]["og-generator"]
+    many = r["rate"]["triton-16"] / r["rate"]["og-engine"]
+    return [(26, "1 stream, Triton / og.Generator on the genai int4 folder", one, 1.0, one >= 1.0),
+            (26, "16 streams, Triton / og.Engine on the genai int4 folder", many, 1.0, many >= 1.0)]
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--passes", type=int, default=3)

@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE))
 
 import clients  # noqa: E402
 import concurrency  # noqa: E402
+import genai_folders  # noqa: E402
 import peers  # noqa: E402
 import numpy as np  # noqa: E402
 import report  # noqa: E402
@@ -121,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--onnx-genai-server", action="store_true",
                     help="part 2 also drives `onnx-genai serve` (its batch driver prefills one token per step: "
                          "a 16-stream burst takes minutes, so it is off by default)")
+    ap.add_argument("--no-genai-folders", action="store_true",
+                    help="skip onnxruntime-genai's int4 folder served by Triton beside og.Generator and og.Engine "
+                         "(needs `make foreign-models`; about 2 minutes, after the budgeted parts)")
     ap.add_argument("--part2-reserve-min", type=float, default=4.5,
                     help="minutes of the budget kept for the part-1 rounds and the clients after part 2")
     args = ap.parse_args(argv)
@@ -293,6 +297,15 @@ def main(argv: list[str] | None = None) -> int:
             w.stop()
         server.stop()
 
+    genai = None
+    genai_folder = ROOT / "foreign_models" / "smollm2-genai-int4"
+    if not args.no_genai_folders and genai_folder.is_dir():
+        log(f"{genai_folder.name}: tritongen via Triton beside og.Generator and og.Engine ...")
+        try:
+            genai = genai_folders.measure(genai_folder, passes=3, tokens=64, threads=threads)
+        except Exception as exc:  # noqa: BLE001 - reported in the table, the rest of the bench stands
+            genai = {"error": str(exc).strip().splitlines()[-1]}
+
     # ---- figures, checks, table, plots -------------------------------------------------------------
     ref_by_round = {rec["round"]: rec for rec in records.get("raw", [])}
     rows, timelines, loud = [], {}, []
@@ -436,6 +449,15 @@ def main(argv: list[str] | None = None) -> int:
         loud += [f"TIME BUDGET: {c}" for c in section.cut]
         md += "".join(f"\n**Time budget**: {c}.\n" for c in section.cut)
     md += "".join(f"\n**Time budget**: {c}.\n" for c in cut)
+    if genai is not None:
+        md += "\n## onnxruntime-genai's int4 folder, served in place\n\n"
+        if "error" in genai:
+            md += f"**FAILED**: `{genai['error']}`\n"
+            loud.append(f"genai folder FAILED: {genai['error']}")
+        else:
+            md += genai_folders.markdown(genai_folder.name, genai, threads)
+            md += "\n" + concurrency.targets_table(genai_folders.targets(genai))
+            target_rows += genai_folders.targets(genai)
     md += f"\n`make bench` wall time: {wall / 60:.1f} min.\n"
 
     images = report.plots(args.out, rows, timelines)
