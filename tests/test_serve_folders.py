@@ -22,6 +22,7 @@ pytestmark = pytest.mark.server
 FOREIGN = ROOT / "foreign_models"
 FOLDERS = {"genai-fp32": FOREIGN / "smollm2-genai-fp32", "genai-int4": FOREIGN / "smollm2-genai-int4",
            "optimum-fp32": FOREIGN / "smollm2-optimum-fp32", "ours": REPOSITORY / "target_gqa"}
+FP16 = {"optimum-fp16": FOREIGN / "smollm2-optimum-fp16"}  # only answers the chat: its fp16 KV is the point
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 NEAR_TIE = 1e-4
 WORDS = "the quick brown fox jumps over a lazy dog while seven wise owls watch from old oak trees".split()
@@ -29,7 +30,7 @@ WORDS = "the quick brown fox jumps over a lazy dog while seven wise owls watch f
 
 @pytest.fixture(scope="module", params=list(FOLDERS))
 def served(request, tmp_path_factory):
-    name, path = request.param, FOLDERS[request.param]
+    name, path = request.param, {**FOLDERS, **FP16}[request.param]
     assert (path / "tokenizer.json").is_file(), f"{path} missing: run `make foreign-models` / `make models`"
     before = tree_digest(path)
     repository = folder_repository(path)
@@ -64,6 +65,7 @@ def ids_input(ids: list[int], max_tokens: int, **extra) -> dict:
             "exclude_input_in_output": np.array([True]), **extra}
 
 
+@pytest.mark.parametrize("served", [*FOLDERS, *FP16], indirect=True)
 def test_greedy_chat_answers_paris(served):
     out = ask(served, {"messages": text(json.dumps(FRANCE)), "exclude_input_in_output": np.array([True])})
     print(f"{served.name}: {out['text']!r}")
