@@ -113,7 +113,7 @@ def test_a_draft_models_catch_up_prefill_stays_inside_the_token_budget(tiny_fold
 
         draft.prefill = counting
         prompt = list(range(3, 203))  # 200 tokens for the draft to catch up on
-        plain = engine.generate(GenerateRequest(prompt, options(40)))
+        plain = engine.generate(GenerateRequest(prompt, options(40, speculative_mode=SpeculativeMode("none"))))
         spec = engine.generate(GenerateRequest(prompt, options(40, speculative_mode=SpeculativeMode("draft_model"))))
         assert spec.token_ids == plain.token_ids and spec.total_draft_tokens > 0
         print(f"draft tokens per step: {per_step}")

@@ -14,6 +14,7 @@ from tritongen.speculative.proposer import Proposal, Proposer
 
 K = 4
 LOOKUP = SpeculativeMode("prompt_lookup", ngram=2, max_tokens=K)
+PLAIN = SpeculativeMode("none")
 
 
 class OracleProposer(Proposer):
@@ -124,12 +125,14 @@ def test_every_mode_is_token_identical_alone_and_mixed_in_a_batch(model, request
     words = "alpha beta gamma delta alpha beta gamma delta alpha beta"
     prompts = [f"Repeat: {words}. Again: {words}. Once more:", "Count: one two three one two three one two",
                "Hello world", "The list: red, green, blue, red, green, blue, red,"]
-    modes = [None, LOOKUP, SpeculativeMode("draft_model")] + [SpeculativeMode(kind) for kind in HEAD_KINDS]
+    # A configured draft model is the engine's default mode: plain decoding is asked for by name.
+    modes = [PLAIN, LOOKUP, SpeculativeMode("draft_model")] + [SpeculativeMode(kind) for kind in HEAD_KINDS]
     try:
         requests = [GenerateRequest(prompts[i % 4], GenerateOptions(max_new_tokens=12, stop_on_eos=False,
                                                                      speculative_mode=modes[i % len(modes)]))
                     for i in range(8)]
-        plain = [engine.generate(GenerateRequest(r.prompt, GenerateOptions(max_new_tokens=12, stop_on_eos=False))).token_ids
+        plain = [engine.generate(GenerateRequest(r.prompt, GenerateOptions(max_new_tokens=12, stop_on_eos=False,
+                                                                            speculative_mode=PLAIN))).token_ids
                  for r in requests]
         solo, batch = solo_and_batch(engine, requests)
         for i, r in enumerate(requests):
@@ -174,7 +177,7 @@ def test_speculative_sampling_keeps_the_target_distribution(tiny_folder, tmp_pat
     other_draft = build_tiny(tmp_path / "draft", "gqa", seed=1)  # a draft that disagrees with the target
     engine = Engine(tiny_folder, EngineConfig(draft_model=other_draft, max_queue_len=1000))
     try:
-        plain = sample_tokens(engine, None, range(0, 800))
+        plain = sample_tokens(engine, PLAIN, range(0, 800))
         for mode in (SpeculativeMode("draft_model"), LOOKUP):
             spec = sample_tokens(engine, mode, range(10_000, 10_800))
             for position in range(3):

@@ -43,6 +43,7 @@ from .speculative.prompt_lookup import PromptLookupProposer
 from .speculative.proposer import Proposal, Proposer
 from .scheduler import Scheduler
 from .sequence import DoneCallback, Sequence, Status, TokenCallback
+from .speculative.modes import SpeculativeMode
 from .stopping import StopChecker
 from .tokenizer import IncrementalDetokenizer, TextTokenizer
 
@@ -282,16 +283,27 @@ class Engine:
         names = {n for s in rows if s.proposer is not None for n in s.proposer.hidden_outputs}
         return tuple(sorted(names))
 
+    def default_speculative_mode(self) -> SpeculativeMode:
+        """The engine's mode; onnx-genai-engine 0.1.0-dev.2 config.rs: "For compatibility, a configured
+        `draft_model` selects `DraftModel` when this remains `None`"."""
+        mode = self.config.speculative_mode
+        if mode.kind == "none" and self.config.draft_model is not None:
+            return SpeculativeMode("draft_model")
+        return mode
+
     def _speculation(self, options) -> tuple:
-        """(proposer, mode, K) for a request: its own choice, else the engine default."""
-        mode = options.speculative_mode or self.config.speculative_mode
+        """(proposer, mode, K) for a request: its own choice, else the engine default. K: the request's, else the
+        mode's own configuration's (a head folder's num_speculative_tokens), else the engine's."""
+        mode = options.speculative_mode or self.default_speculative_mode()
         if mode.kind == "none":
             return None, None, 0
         proposer = self.proposers.get(mode.kind)
         if proposer is None:
             raise ValueError(f"speculative mode {mode.kind!r} is not configured on this engine "
                              f"(available: {', '.join(['none', *self.proposers])})")
-        return proposer, mode, options.num_speculative_tokens or self.config.num_speculative_tokens
+        head = {"mtp": self.config.mtp, "eagle3": self.config.eagle3, "shared_kv": self.config.shared_kv}.get(mode.kind)
+        k = options.num_speculative_tokens or (head.num_speculative_tokens if head is not None else None)
+        return proposer, mode, k or self.config.num_speculative_tokens
 
     def constraint_compiler(self) -> ConstraintCompiler:
         """Built on first use: the llguidance tokenizer bridge takes about half a second."""

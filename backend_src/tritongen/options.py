@@ -98,8 +98,8 @@ class GenerateOptions:
             raise ValueError("presence_penalty must be finite")
         if self.max_context is not None and self.max_context <= 0:
             raise ValueError("max_context must be greater than zero when provided")
-        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= 20:
-            raise ValueError("top_logprobs must be between 0 and 20")
+        if self.top_logprobs is not None and self.top_logprobs < 0:  # capped at 20 only where clients reach us
+            raise ValueError("top_logprobs must not be negative")
         if self.min_length < 0:
             raise ValueError("min_length must be non-negative")
         for i, stop in enumerate(self.stop_sequences):

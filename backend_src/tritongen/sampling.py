@@ -39,8 +39,10 @@ class RequestSampler:
         self.eos_token_ids = list(eos_token_ids)  # banned until min_length; empty: no EOS to ban
         self.greedy = options.greedy or options.temperature < MIN_TEMPERATURE
         self.rng = np.random.Generator(np.random.PCG64(options.seed)) if not self.greedy else None
+        # config.rs of onnx-genai-engine 0.1.0-dev.2: "Repetition penalty ... Values <= 1 disable it".
+        self.repetition_penalty = options.repetition_penalty if options.repetition_penalty > 1.0 else None
         self.uses_penalties = (
-            options.repetition_penalty != 1.0 or options.frequency_penalty != 0.0 or options.presence_penalty != 0.0
+            self.repetition_penalty is not None or options.frequency_penalty != 0.0 or options.presence_penalty != 0.0
         )
         self.seen = None
         self.output_counts = None
@@ -69,9 +71,9 @@ class RequestSampler:
         """
         o = self.options
         x = logits.astype(np.float32, copy=True)
-        if o.repetition_penalty != 1.0:
+        if self.repetition_penalty is not None:
             seen = x[self.seen]
-            x[self.seen] = np.where(seen > 0, seen / o.repetition_penalty, seen * o.repetition_penalty)
+            x[self.seen] = np.where(seen > 0, seen / self.repetition_penalty, seen * self.repetition_penalty)
         if o.frequency_penalty != 0.0:
             x -= o.frequency_penalty * self.output_counts
         if o.presence_penalty != 0.0:
@@ -85,9 +87,12 @@ class RequestSampler:
             # min_length may ban the only token the constraint allows (EOS of a complete value):
             # the constraint wins, so there is always a token to choose.
             x = constrained if np.isfinite(constrained).any() else np.where(allowed[: x.shape[0]], logits, NEG_INF)
-        if self.greedy:
+        # Greedy leaves the logits unscaled (a temperature of 0 is no temperature). The filters below do not move
+        # the argmax, so a greedy row skips them unless it reports logprobs, which must be those of the final
+        # distribution (filtered tokens are not listed).
+        if self.greedy and o.top_logprobs is None:
             return x
-        x = x.astype(np.float64) / o.temperature  # in float64 a finite logit over a small temperature stays finite
+        x = x.astype(np.float64) if self.greedy else x.astype(np.float64) / o.temperature
         if 0 < o.top_k < x.shape[0]:
             kth = np.partition(x, -o.top_k)[-o.top_k]
             x[x < kth] = NEG_INF

@@ -2,7 +2,9 @@
 
 A stop string may match anywhere in the generated text, across token
 boundaries; text that could still turn into a stop match is held back,
-so a stream never shows part of a stop string.
+so a stream never shows part of a stop string. This differs on purpose
+from onnx-genai-engine, which matches a stop string only at a token
+boundary: a stop that ends inside a token is caught here too.
 """
 
 from __future__ import annotations

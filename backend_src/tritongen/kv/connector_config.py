@@ -16,12 +16,16 @@ class KvConnectorConfig:
     model_id: str | None = None  # namespaces keys, with the model files' digest after it; None: the folder's name
     chunk_size: int = DEFAULT_CHUNK_SIZE
     store_priority: CachePriority = CachePriority.SESSION
-    # Prefill cost per token (ms), the baseline a fetch must beat. None: measured at start-up on
-    # this machine (the seed's 0.05 is a GPU figure and would make a CPU engine never recompute).
+    # Prefill cost per token (ms), the baseline a fetch must beat. None: measured at start-up on this machine.
+    # A deliberate difference from onnx-genai-engine's default of 0.05 ms, a GPU figure that would make a CPU
+    # engine never recompute.
     recompute_ms_per_token: float | None = None
     local_tiered: LocalTieredConfig = field(default_factory=LocalTieredConfig)
 
     def validate(self, page_size: int) -> None:
+        # config.rs of onnx-genai-engine 0.1.0-dev.2: "Tokens per cached chunk for keying. `0` => DEFAULT_CHUNK_SIZE".
+        if self.chunk_size == 0:
+            self.chunk_size = DEFAULT_CHUNK_SIZE
         if self.backend not in ("null", "local_tiered"):
             raise ValueError(f"kv_connector must be null or local_tiered, got {self.backend!r}")
         if self.chunk_size <= 0 or self.chunk_size % page_size:

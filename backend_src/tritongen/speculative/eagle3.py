@@ -1,5 +1,8 @@
 """EAGLE-3: the head fuses the target's low, middle and high hidden states of the last token,
-then recycles its own hidden output for each further draft step."""
+then recycles its own hidden output for each further draft step.
+
+grow_cache: the head's own KV grows across the k draft steps; hidden_threaded: every step starts from an
+empty head cache and only the hidden state is threaded, as upstream's EAGLE-3 proposer does."""
 
 from __future__ import annotations
 
@@ -23,11 +26,13 @@ class Eagle3Proposer(Proposer):
         h = self.config.hidden_size
         target = np.concatenate([seq.hidden[n] for n in self.hidden_outputs]).reshape(1, 1, 3 * h).astype(np.float32)
         draft_hidden = np.zeros((1, 1, h), np.float32)
-        key, value = empty_past(self.session)
+        empty = empty_past(self.session)
+        key, value = empty
+        grow = self.config.kv_mode == "grow_cache"
         token, position = seq.tokens[-1], len(seq.tokens) - 1
         out, probs = [], []
         for j in range(k):
-            logits, hidden_out, key, value = self.session.run(None, {
+            logits, hidden_out, present_key, present_value = self.session.run(None, {
                 "target_hidden": target, "draft_hidden": draft_hidden,
                 "use_target": np.array([1.0 if j == 0 else 0.0], np.float32),
                 "inputs_embeds": np.asarray(self.embedding[token], np.float32).reshape(1, 1, -1),
@@ -35,6 +40,7 @@ class Eagle3Proposer(Proposer):
                 "position_ids": np.array([[position + j]], np.int64),
                 "past_key_values.0.key": key, "past_key_values.0.value": value,
             })
+            key, value = (present_key, present_value) if grow else empty
             draft_hidden = hidden_out
             token, q = draw(logits[0, 0], seq.sampler)
             out.append(token)

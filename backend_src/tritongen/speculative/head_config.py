@@ -9,6 +9,7 @@ from .modes import Eagle3Config, MtpConfig, SharedKvBinding, SharedKvProposerCon
 
 
 def load_head(folder: Path, num_speculative_tokens: int, **overrides):
+    """The head's configuration; its own num_speculative_tokens when head_config.json has one, else the given."""
     folder = Path(folder)
     path = folder / "head_config.json"
     if not path.is_file():
@@ -19,7 +20,7 @@ def load_head(folder: Path, num_speculative_tokens: int, **overrides):
     for key in ("head_model", "assistant_model", "embedding_weights", "lm_head_weights", "input_embedding_weights"):
         if key in raw:
             raw[key] = repo / raw[key]
-    raw["num_speculative_tokens"] = num_speculative_tokens
+    raw.setdefault("num_speculative_tokens", num_speculative_tokens)
     if kind == "mtp":
         config = MtpConfig(**raw)
     elif kind == "eagle3":

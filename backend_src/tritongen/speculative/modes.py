@@ -68,6 +68,8 @@ class Eagle3Config:
             raise ValueError("EAGLE-3 vocab_size and hidden_size must be greater than zero")
         if self.num_speculative_tokens == 0:
             raise ValueError("EAGLE-3 num_speculative_tokens must be greater than zero")
+        if self.kv_mode not in ("grow_cache", "hidden_threaded"):
+            raise ValueError(f"EAGLE-3 kv_mode must be grow_cache or hidden_threaded, got {self.kv_mode!r}")
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 Each step builds inputs_embeds = concat(target_embedding(last token), hidden),
 seeded from the target's last hidden state and then threaded through the
-assistant's own projected_state.
+assistant's own projected_state. Each binding group feeds the assistant the
+KV of the last target layer it lists, as upstream's proposer binds it (the
+other listed layers name the group's span, they are not read).
 """
 
 from __future__ import annotations
