@@ -78,8 +78,8 @@ def test_non_numbers_are_rejected_by_name():
 
 
 def test_unknown_keys_are_named():
-    msg = error(sampling={"max_tokens": 4, "best_of": 2, "beam_width": 3})
-    assert "best_of" in msg and "beam_width" in msg and "sampling_parameters" in msg
+    msg = error(sampling={"max_tokens": 4, "beam_width": 3, "lookahead": 2})
+    assert "lookahead" in msg and "beam_width" in msg and "sampling_parameters" in msg
     msg = error(parameters={"frobnicate": 1})
     assert "frobnicate" in msg
     assert parse(parameters={"triton_enable_empty_final_response": True}).request.prompt == "Hello"
@@ -251,3 +251,39 @@ def test_tools_and_chat_template_kwargs_reach_the_template():
                       render)
     with pytest.raises(RequestError, match="tools must be a JSON list"):
         parse_request({"messages": chat, "tools": np.array([b'{"a": 1}'], np.object_)}, {}, {}, render)
+
+
+def test_vllm_keys_we_do_not_implement_pass_at_their_default_only():
+    parsed = parse(sampling={"n": 1, "best_of": None, "use_beam_search": False, "prompt_logprobs": None,
+                             "lora_name": None, "spaces_between_special_tokens": True})
+    assert parsed.request.prompt == "Hello"
+    for key, value in (("n", 2), ("best_of", 3), ("use_beam_search", True), ("lora_name", "sql-lora"),
+                       ("spaces_between_special_tokens", False)):
+        assert f"sampling_parameters.{key}" in error(sampling={key: value}) and "vLLM's default" in error(
+            sampling={key: value})
+
+
+def test_vllm_sampling_keys_we_honour():
+    options = parse(sampling={"skip_special_tokens": False, "include_stop_str_in_output": True,
+                              "logit_bias": {"12": 5, 7: -100.0}}).request.options
+    assert not options.skip_special_tokens and options.include_stop_str_in_output
+    assert options.logit_bias == {12: 5.0, 7: -100.0}
+    assert "logit_bias[3]" in error(sampling={"logit_bias": {"3": 101}})
+    assert "max_logit_bias" in error(sampling={"logit_bias": {str(i): 1 for i in range(301)}})
+    assert parse(sampling={"bad_words": ["no", "never"]}).bad_words == ["no", "never"]
+    assert "max_bad_words" in error(sampling={"bad_words": ["w"] * 65})
+
+
+def test_structured_outputs_and_gbnf_grammars():
+    constraint = parse(sampling={"structured_outputs": json.dumps(
+        {"json": None, "regex": "[0-9]+", "choice": None, "grammar": None, "json_object": None,
+         "disable_fallback": False, "whitespace_pattern": None})}).request.options.constraint
+    assert (constraint.kind, constraint.text) == ("regex", "[0-9]+")
+    gbnf = parse(sampling={"guided_decoding": {"grammar": 'root ::= "yes" | "no"'}}).request.options.constraint
+    assert gbnf.kind == "lark" and "start:" in gbnf.text
+    ebnf = parse({"guided_decoding_guide_type": s("ebnf_grammar"),
+                  "guided_decoding_guide": s('root ::= [0-9]+')}).request.options.constraint
+    assert ebnf.kind == "lark" and "start:" in ebnf.text
+    assert "not a GBNF or Lark grammar" in error(sampling={"guided_decoding": {"grammar": "root ::= ("}})
+    assert "structured_outputs or guided_decoding" in error(sampling={"guided_decoding": {"regex": "a"},
+                                                                      "structured_outputs": {"regex": "b"}})

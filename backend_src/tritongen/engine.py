@@ -165,6 +165,9 @@ class Engine:
         eos = options.eos_token_id
         if eos is not None and not 0 <= eos < self.vocab_size:
             raise ValueError(f"end_id (eos_token_id) {eos} is outside the vocabulary [0, {self.vocab_size})")
+        bad = next((t for t in options.logit_bias if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"logit_bias names token {bad}, outside the vocabulary [0, {self.vocab_size})")
         for i, stop in enumerate(options.stop_sequences):
             bad = next((t for t in stop if not 0 <= t < self.vocab_size), None) if not isinstance(stop, str) else None
             if bad is not None:
@@ -202,7 +205,8 @@ class Engine:
             request_id=next(self._ids), prompt_ids=ids, priority=priority, arrival=next(self._arrivals),
             sampler=RequestSampler(options, ids, self.vocab_size, eos if options.stop_on_eos else ()),
             stopper=StopChecker(options, eos, len(ids), self.context_limit(request)),
-            detok=IncrementalDetokenizer(self.tokenizer, ids), on_token=on_token, on_done=on_done,
+            detok=IncrementalDetokenizer(self.tokenizer, ids, options.skip_special_tokens), on_token=on_token,
+            on_done=on_done,
             session_id=session_id, end_session=end_session,
             logprobs=[] if options.top_logprobs is not None else None, matcher=matcher,
             proposer=proposer, spec_mode=spec_mode, spec_k=spec_k,

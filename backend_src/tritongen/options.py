@@ -74,6 +74,13 @@ class GenerateOptions:
     speculative_mode: Optional[SpeculativeMode] = None
     # Ours, in addition to the seed: no EOS or stop before this many tokens.
     min_length: int = 0
+    # Ours, as vLLM's SamplingParams: added to a token's logit before any filter; token id sequences never
+    # generated (the last id of each is banned where the output ends with the rest); special tokens kept in
+    # the text; a matched stop string kept at the end of the text.
+    logit_bias: dict[TokenId, float] = field(default_factory=dict)
+    bad_words_ids: list[tuple[TokenId, ...]] = field(default_factory=list)
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
 
     def validate(self) -> None:
         """Raise ValueError with the seed's message for the first invalid field."""
@@ -102,6 +109,10 @@ class GenerateOptions:
             raise ValueError("top_logprobs must not be negative")
         if self.min_length < 0:
             raise ValueError("min_length must be non-negative")
+        if any(not math.isfinite(b) for b in self.logit_bias.values()):
+            raise ValueError("logit_bias values must be finite")
+        if any(len(w) == 0 for w in self.bad_words_ids):
+            raise ValueError("bad words must not be empty")
         for i, stop in enumerate(self.stop_sequences):
             if len(stop) == 0:
                 raise ValueError(f"stop sequence {i} must not be empty")
@@ -145,6 +156,7 @@ class TokenLogprob:
     token_id: TokenId
     logprob: float
     top: list[tuple[TokenId, float]]
+    rank: int = 1  # ours: 1 + how many tokens were more likely than the chosen one (vLLM's `rank`)
 
 
 @dataclass

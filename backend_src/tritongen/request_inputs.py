@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
 from .options import CONSTRAINT_KINDS, GenerateConstraint, GenerateOptions, GenerateRequest, Priority
 from .sampling import MIN_TEMPERATURE
@@ -25,11 +27,16 @@ PROMPT_INPUTS = ("text_input", "input_ids", "messages")
 # Option name -> how to read it. Keys are the spellings accepted as tensors,
 # sampling_parameters keys and request parameters; aliases map to one option.
 _INT, _FLOAT, _BOOL = "int", "float", "bool"
+# The vLLM backend's optional BOOL inputs, each asking for one output beside text_output.
+VLLM_FLAGS = {"return_finish_reason": "finish_reason", "return_cumulative_logprob": "cumulative_logprob",
+              "return_logprobs": "logprobs", "return_num_input_tokens": "num_input_tokens",
+              "return_num_output_tokens": "num_output_tokens"}
 _SCALARS = {
     "max_tokens": _INT, "min_length": _INT, "min_tokens": _INT, "temperature": _FLOAT, "top_p": _FLOAT,
     "top_k": _INT, "min_p": _FLOAT, "repetition_penalty": _FLOAT, "frequency_penalty": _FLOAT,
     "presence_penalty": _FLOAT, "seed": _INT, "random_seed": _INT, "end_id": _INT, "ignore_eos": _BOOL,
     "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
+    **{flag: _BOOL for flag in VLLM_FLAGS},
     "logprobs": _INT, "end_session": _BOOL, "num_draft_tokens": _INT, "stream_interval": _INT,
 }
 _STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide", "speculative", "tools",
@@ -38,11 +45,22 @@ _STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_deco
 _TEMPLATE_OWN = {"messages", "tools", "documents", "add_generation_prompt"}
 # vLLM's guided_decoding keys -> our constraint kinds.
 _GUIDED_KEYS = {"json": "json_schema", "json_object": "json", "regex": "regex", "grammar": "lark", "choice": "choice"}
+# vLLM SamplingParams fields we do not implement, accepted at vLLM's default (what clients send unasked).
+_VLLM_DEFAULTS_ONLY = {"n": (1,), "best_of": (None, 1), "use_beam_search": (False,), "prompt_logprobs": (None,),
+                       "lora_name": (None,), "detokenize": (True,), "truncate_prompt_tokens": (None,),
+                       "logits_processors": (None,), "length_penalty": (1.0,), "early_stopping": (False,),
+                       "allowed_token_ids": (None,), "extra_args": (None,), "spaces_between_special_tokens": (True,)}
 _SAMPLING_KEYS = {
     "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
     "frequency_penalty", "presence_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
-    "guided_decoding",
+    "guided_decoding", "structured_outputs", "skip_special_tokens", "include_stop_str_in_output", "logit_bias",
+    "bad_words", *_VLLM_DEFAULTS_ONLY,
 }
+# guided_decoding / structured_outputs keys that choose nothing we need (the grammar engine, whitespace
+# policy): accepted and ignored; llguidance enforces the constraint.
+_GUIDED_INERT = {"backend", "_backend", "_backend_was_auto", "whitespace_pattern", "disable_any_whitespace",
+                 "disable_additional_properties", "disable_fallback", "structural_tag"}
+LOGIT_BIAS_RANGE = 100.0  # OpenAI's
 # OpenAI's ranges, which vLLM keeps too.
 _PENALTY_RANGE = (-2.0, 2.0)
 MAX_DRAFT_TOKENS = 16
@@ -53,6 +71,8 @@ class ResponseMode:
     stream: bool
     exclude_input_in_output: bool
     stream_interval: int | None = None  # new tokens per streamed response; None: the generator's setting
+    # The vLLM backend's return_* flags: the outputs they ask for, beside text_output (None: no flag sent).
+    vllm_outputs: frozenset[str] | None = None
 
 
 @dataclass
@@ -65,6 +85,7 @@ class ParsedRequest:
     end_session: bool = False
     prompt_field: str = "text_input"  # the input that held the prompt, for errors found later
     constraint_field: str | None = None  # where the constraint came from, for compile errors
+    bad_words: list[str] = field(default_factory=list)  # tokenized by the caller, which has the tokenizer
 
 
 def _coerce(name: str, kind: str, value):
@@ -141,6 +162,10 @@ def _sampling_parameters(tensors: dict, limits: RequestLimits) -> dict:
     unknown = sorted(set(params) - _SAMPLING_KEYS)
     if unknown:
         raise RequestError(f"sampling_parameters has unsupported key(s): {', '.join(unknown)}")
+    for key, allowed in _VLLM_DEFAULTS_ONLY.items():
+        if key in params and params[key] not in allowed:
+            raise RequestError(f"sampling_parameters.{key} is not supported beyond vLLM's default "
+                               f"{allowed[0]!r}, got {params[key]!r}")
     return params
 
 
@@ -186,6 +211,38 @@ def _stops(tensors: dict, sampling: dict, parameters: dict, limits: RequestLimit
     return stops + [(t,) for t in token_stops]
 
 
+def _logit_bias(sampling: dict, limits: RequestLimits) -> dict[int, float]:
+    """{token id: bias}: ids as JSON keys (strings) or integers, biases in [-100, 100] (OpenAI's range)."""
+    raw = sampling.get("logit_bias")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RequestError("sampling_parameters.logit_bias must be an object of token id -> bias")
+    check_count("sampling_parameters.logit_bias", len(raw), limits.max_logit_bias, "max_logit_bias")
+    bias = {}
+    for key, value in raw.items():
+        token = _coerce("sampling_parameters.logit_bias key", _INT, key)
+        value = _coerce(f"sampling_parameters.logit_bias[{key}]", _FLOAT, value)
+        if not -LOGIT_BIAS_RANGE <= value <= LOGIT_BIAS_RANGE:
+            raise RequestError(f"sampling_parameters.logit_bias[{key}] must be between -100 and 100, got {value}")
+        bias[token] = value
+    return bias
+
+
+def _bad_words(sampling: dict, limits: RequestLimits) -> list[str]:
+    words = sampling.get("bad_words")
+    if words is None:
+        return []
+    words = _string_list("sampling_parameters.bad_words", words)
+    check_count("sampling_parameters.bad_words", len(words), limits.max_bad_words, "max_bad_words", "words")
+    for i, word in enumerate(words):
+        if not word.strip():
+            raise RequestError(f"sampling_parameters.bad_words[{i}] is empty")
+        check_bytes(f"sampling_parameters.bad_words[{i}]", len(word.encode("utf-8")), limits.max_stop_word_bytes,
+                    "max_stop_word_bytes")
+    return words
+
+
 def _template_inputs(tensors: dict, parameters: dict, limits: RequestLimits) -> dict:
     """`tools` (a JSON list of tool schemas) and `chat_template_kwargs` (a JSON object), for the chat template."""
     out = {}
@@ -194,6 +251,7 @@ def _template_inputs(tensors: dict, parameters: dict, limits: RequestLimits) -> 
         out["tools"] = load_json("tools", tools, limits)
         if not isinstance(out["tools"], list) or not all(isinstance(t, dict) for t in out["tools"]):
             raise RequestError("tools must be a JSON list of tool schemas (objects)")
+        check_count("tools", len(out["tools"]), limits.max_tools, "max_tools", "tools")
     kwargs = _string_option("chat_template_kwargs", tensors, parameters, limits.max_json_bytes, "max_json_bytes")
     if kwargs is not None:
         kwargs = load_json("chat_template_kwargs", kwargs, limits)
@@ -303,6 +361,12 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
         options.stop_on_eos = False
 
     options.stop_sequences = _stops(tensors, sampling, parameters, limits)
+    options.logit_bias = _logit_bias(sampling, limits)
+    bad_words = _bad_words(sampling, limits)
+    for name in ("skip_special_tokens", "include_stop_str_in_output"):
+        value = get(name, _BOOL)
+        if value is not None:
+            setattr(options, name, value)
 
     top_logprobs = get("top_logprobs", _INT, "logprobs")
     if top_logprobs is not None or get("return_log_probs", _BOOL):
@@ -327,10 +391,13 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     stream_interval = get("stream_interval", _INT)
     if stream_interval is not None and stream_interval < 1:
         raise RequestError(f"stream_interval must be at least 1, got {stream_interval}")
+    flags = {name: get(name, _BOOL) for name in VLLM_FLAGS}
     mode = ResponseMode(
         stream=bool(get("stream", _BOOL)),
         exclude_input_in_output=bool(get("exclude_input_in_output", _BOOL)),
         stream_interval=stream_interval,
+        vllm_outputs=frozenset(VLLM_FLAGS[n] for n, v in flags.items() if v) if any(
+            v is not None for v in flags.values()) else None,
     )
     priority_name = _string_option("priority", tensors, parameters, 64)
     priority = Priority.NORMAL
@@ -346,7 +413,7 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     if end_session and session_id is None:
         raise RequestError("end_session needs a session_id")
     return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text, priority, session_id, end_session,
-                         prompt_field, constraint_field)
+                         prompt_field, constraint_field, bad_words)
 
 
 def _constraint(tensors: dict, sampling: dict, parameters: dict,
@@ -354,31 +421,39 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict,
     """guided_decoding_guide_type + guided_decoding_guide, or sampling_parameters.guided_decoding; and its field."""
     kind = _string_option("guided_decoding_guide_type", tensors, parameters, 64)
     guide = _string_option("guided_decoding_guide", tensors, parameters, limits.max_guide_bytes, "max_guide_bytes")
-    guided = sampling.get("guided_decoding")
+    if "guided_decoding" in sampling and "structured_outputs" in sampling:
+        raise RequestError("give sampling_parameters.structured_outputs or guided_decoding, not both")
+    source = "structured_outputs" if "structured_outputs" in sampling else "guided_decoding"
+    guided = sampling.get(source)
+    if isinstance(guided, str):  # Triton's OpenAI frontend sends structured_outputs as a JSON string
+        guided = load_json(f"sampling_parameters.{source}", guided, limits)
     if kind is not None and guided is not None:
-        raise RequestError("give guided_decoding_guide_type or sampling_parameters.guided_decoding, not both")
+        raise RequestError(f"give guided_decoding_guide_type or sampling_parameters.{source}, not both")
     if kind is not None:
         kind = kind.strip().lower()
-        if kind not in CONSTRAINT_KINDS:
-            raise RequestError(f"guided_decoding_guide_type must be one of {', '.join(CONSTRAINT_KINDS)}, got {kind!r}")
+        if kind not in (*CONSTRAINT_KINDS, "ebnf_grammar"):
+            raise RequestError(f"guided_decoding_guide_type must be one of {', '.join(CONSTRAINT_KINDS)} or "
+                               f"ebnf_grammar, got {kind!r}")
         if kind != "json" and not guide:
             raise RequestError(f"guided_decoding_guide is required for guided_decoding_guide_type {kind}")
+        if kind in ("lark", "ebnf_grammar"):  # TensorRT-LLM's ebnf_grammar is GBNF; Lark passes unchanged
+            return GenerateConstraint("lark", _lark("guided_decoding_guide", guide)), "guided_decoding_guide"
         return GenerateConstraint(kind, guide or ""), "guided_decoding_guide"
     if guide is not None:
         raise RequestError("guided_decoding_guide needs guided_decoding_guide_type")
     if guided is None:
         return None, None
     if not isinstance(guided, dict):
-        raise RequestError("sampling_parameters.guided_decoding must be an object")
-    given = [k for k in guided if guided[k] is not None and guided[k] is not False]
+        raise RequestError(f"sampling_parameters.{source} must be an object")
+    given = [k for k in guided if guided[k] is not None and guided[k] is not False and k not in _GUIDED_INERT]
     unknown = sorted(set(given) - set(_GUIDED_KEYS))
     if unknown:
-        raise RequestError(f"sampling_parameters.guided_decoding has unsupported key(s): {', '.join(unknown)}")
+        raise RequestError(f"sampling_parameters.{source} has unsupported key(s): {', '.join(unknown)}")
     if len(given) != 1:
-        raise RequestError("sampling_parameters.guided_decoding needs exactly one of: " + ", ".join(_GUIDED_KEYS))
+        raise RequestError(f"sampling_parameters.{source} needs exactly one of: " + ", ".join(_GUIDED_KEYS))
     key = given[0]
     value = guided[key]
-    field = f"sampling_parameters.guided_decoding.{key}"
+    field = f"sampling_parameters.{source}.{key}"
     if key == "json" and not isinstance(value, str):
         value = json.dumps(value)
     size = len(value.encode("utf-8")) if isinstance(value, str) else len(json.dumps(value))
@@ -392,9 +467,19 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict,
             return GenerateConstraint("json_schema", value), field
         if not isinstance(value, str):
             raise ValueError(f"{key} must be a string")
+        if key == "grammar":  # vLLM's users write GBNF or Lark
+            return GenerateConstraint("lark", _lark(field, value)), field
         return GenerateConstraint(_GUIDED_KEYS[key], value), field
     except ValueError as exc:
-        raise RequestError(f"sampling_parameters.guided_decoding.{key}: {exc}") from None
+        raise RequestError(str(exc) if str(exc).startswith(field) else f"{field}: {exc}") from None
+
+
+def _lark(field: str, grammar: str) -> str:
+    """A grammar as llguidance's Lark: GBNF (`root ::= ...`) converted by llguidance, Lark unchanged."""
+    try:
+        return any_to_lark(grammar)
+    except GbnfToLarkError as exc:
+        raise RequestError(f"{field}: not a GBNF or Lark grammar ({exc})") from None
 
 
 def _speculative(raw: str | None, limits: RequestLimits) -> SpeculativeMode | None:

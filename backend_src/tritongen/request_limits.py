@@ -31,6 +31,9 @@ class RequestLimits:
     max_json_depth: int = 64
     max_integer_digits: int = 20  # every unsigned 64-bit value fits
     max_lookup_ngram: int = 16  # prompt lookup scans the context for this many trailing tokens per step
+    max_logit_bias: int = 300  # logit_bias entries (OpenAI's limit)
+    max_bad_words: int = 64  # each step checks every one against the output's end
+    max_tools: int = 128  # tool schemas in one chat, rendered into its prompt and compiled into its grammar
     context: int = 1 << 31  # the engine's context, set at load: input_ids longer than this are refused unread
 
     @classmethod

@@ -43,7 +43,11 @@ class RequestSampler:
         self.repetition_penalty = options.repetition_penalty if options.repetition_penalty > 1.0 else None
         self.uses_penalties = (
             self.repetition_penalty is not None or options.frequency_penalty != 0.0 or options.presence_penalty != 0.0
+            or bool(options.logit_bias) or bool(options.bad_words_ids)
         )
+        self.bias_ids = np.array([i for i in options.logit_bias if 0 <= i < vocab_size], np.int64)
+        self.bias = np.array([options.logit_bias[i] for i in self.bias_ids.tolist()], np.float32)
+        self.generated: list[int] = []  # the output so far, for bad words
         self.seen = None
         self.output_counts = None
         if self.uses_penalties:
@@ -60,6 +64,8 @@ class RequestSampler:
 
     def record(self, token_id: int) -> None:
         self.num_generated += 1
+        if self.options.bad_words_ids:
+            self.generated.append(token_id)
         if self.uses_penalties and 0 <= token_id < self.vocab_size:
             self.seen[token_id] = True
             self.output_counts[token_id] += 1
@@ -78,8 +84,14 @@ class RequestSampler:
             x -= o.frequency_penalty * self.output_counts
         if o.presence_penalty != 0.0:
             x -= o.presence_penalty * (self.output_counts > 0)
+        if self.bias_ids.size:
+            x[self.bias_ids] += self.bias
         if self.uses_penalties:  # extreme penalties overflow: they rank tokens, they do not mask them
             np.clip(x, -_FLT_MAX, _FLT_MAX, out=x)
+        for word in o.bad_words_ids:  # a word's last token is banned where the output ends with the rest of it
+            if len(word) == 1 or tuple(self.generated[-(len(word) - 1):]) == word[:-1]:
+                if 0 <= word[-1] < x.shape[0]:
+                    x[word[-1]] = NEG_INF
         if self.num_generated < o.min_length and self.eos_token_ids:
             x[self.eos_token_ids] = NEG_INF
         if allowed is not None:
@@ -153,7 +165,7 @@ class RequestSampler:
             top = [(int(i), float(logp[i])) for i in best if np.isfinite(logp[i])]
         if token not in (i for i, _ in top):
             top.append((token, float(logp[token])))
-        return TokenLogprob(token, float(logp[token]), top)
+        return TokenLogprob(token, float(logp[token]), top, 1 + int((logp > logp[token]).sum()))
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:

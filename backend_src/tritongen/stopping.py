@@ -20,6 +20,7 @@ class StopChecker:
         self.context_limit = context_limit
         self.stop_texts = [(i, s) for i, s in enumerate(options.stop_sequences) if isinstance(s, str)]
         self.stop_tokens = [(i, tuple(s)) for i, s in enumerate(options.stop_sequences) if not isinstance(s, str)]
+        self.stop_texts_by_index = dict(self.stop_texts)
         self.text = ""  # generated text so far, cut at a stop match once found
         self.released = 0  # characters of self.text already handed out
         self.token_ids: list[int] = []
@@ -51,7 +52,8 @@ class StopChecker:
             if pos >= 0 and (best is None or pos < best[0]):
                 best = (pos, index)
         if best is not None:
-            self.text = self.text[: best[0]]
+            kept = len(self.stop_texts_by_index[best[1]]) if self.options.include_stop_str_in_output else 0
+            self.text = self.text[: best[0] + kept]
             return FinishReason.stop_sequence(best[1])
         for index, seq in self.stop_tokens:
             if len(self.token_ids) >= len(seq) and tuple(self.token_ids[-len(seq):]) == seq:

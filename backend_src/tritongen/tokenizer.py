@@ -77,8 +77,18 @@ class TextTokenizer:
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return [self.bos_token_id, *ids] if add_bos and self.add_bos else ids
 
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    def word_sequences(self, words: list[str]) -> list[tuple[int, ...]]:
+        """Words as vLLM's bad_words bans them: the ids of each as written and with a leading space (mid-sentence)."""
+        out: list[tuple[int, ...]] = []
+        for word in words:
+            for variant in (word, " " + word.lstrip()):
+                ids = tuple(self.encode(variant, add_bos=False))
+                if ids and ids not in out:
+                    out.append(ids)
+        return out
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def render_chat(self, messages: list[dict], **kwargs) -> str:
         """The model's chat template with the assistant turn opened; `kwargs` reach the template (tools, ...)."""
@@ -98,16 +108,17 @@ class IncrementalDetokenizer:
     of recent ids and release only the text that is stable.
     """
 
-    def __init__(self, tokenizer: TextTokenizer, context_ids: list[int]):
+    def __init__(self, tokenizer: TextTokenizer, context_ids: list[int], skip_special_tokens: bool = True):
         self._tok = tokenizer
+        self._skip = skip_special_tokens
         self.ids = list(context_ids[-6:])
         self._window_start = 0  # first id of the decode window
         self._read = len(self.ids)  # ids before this are already released as text
 
     def add(self, token_id: int) -> str:
         self.ids.append(token_id)
-        done = self._tok.decode(self.ids[self._window_start:self._read])
-        full = self._tok.decode(self.ids[self._window_start:])
+        done = self._tok.decode(self.ids[self._window_start:self._read], self._skip)
+        full = self._tok.decode(self.ids[self._window_start:], self._skip)
         if len(full) <= len(done) or full.endswith("\ufffd"):
             return ""
         piece = full[len(done):]

@@ -29,6 +29,9 @@ from .request_limits import load_json
 from .send_thread import SendThread, StepBatch
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# Our finish reasons in the vLLM backend's words (its `str(output.finish_reason)`).
+VLLM_FINISH = {"eos_token": "stop", "stop_sequence": "stop", "max_tokens": "length", "length": "length",
+               "cancelled": "abort"}
 # Every request is asked whether its client is still there at most this often, whether it is queued,
 # prefilling or decoding, and however its tokens are grouped into responses: the question is an IPC
 # round trip, as costly as a send, so it is bounded by time rather than made per response (a send
@@ -102,7 +105,7 @@ class _Stream:
         values = {
             "text_output": lambda: np.array([text.encode("utf-8")], dtype=np.object_),
             "output_ids": lambda: np.array(ids, dtype=np.int64),
-            "finish_reason": lambda: np.array([str(finish).encode() if finish else b""], dtype=np.object_),
+            "finish_reason": lambda: np.array([self._finish_text(finish).encode()], dtype=np.object_),
             "num_input_tokens": lambda: np.array([len(self.prompt_ids)], dtype=np.uint32),
             "num_output_tokens": lambda: np.array([len(ids)], dtype=np.uint32),
             "prefix_cache_hit_len": lambda: np.array([self._statistic(finish, "prefix_cache_hit_len")], np.uint32),
@@ -111,7 +114,7 @@ class _Stream:
                                                             np.int32),
             # Without logprobs asked for: no entries, a total of 0 (perf_analyzer 2.51 reads an empty number
             # tensor's value from stale memory too).
-            "logprobs": lambda: np.array([self._logprob_entry(lp).encode() for lp in logprobs], dtype=np.object_),
+            "logprobs": lambda: np.array(self._logprobs_output(logprobs), dtype=np.object_),
             "cumulative_logprob": lambda: np.array([self.logprob_total], dtype=np.float32),
         }
         return pb_utils.InferenceResponse(output_tensors=[
@@ -122,6 +125,26 @@ class _Stream:
         request's so far before it."""
         source = self.result if finish is not None else self.handle
         return 0 if source is None else getattr(source, name)  # None: a piece sent before submit() returned
+
+    def _finish_text(self, finish: FinishReason | None) -> str:
+        """Ours ("" until the end), or with the vLLM backend's return_finish_reason its words ("None" until then)."""
+        if self.parsed.mode.vllm_outputs is None:
+            return str(finish) if finish else ""
+        return VLLM_FINISH.get(finish.kind, "stop") if finish else "None"
+
+    def _logprobs_output(self, logprobs: list) -> list[bytes]:
+        """One JSON entry per token (ours); with the vLLM backend's return_logprobs, one JSON list per response in
+        its shape, [{token_id: {logprob, rank, decoded_token}}, ...], or "null" when no logprobs were asked for."""
+        if self.parsed.mode.vllm_outputs is None:
+            return [self._logprob_entry(lp).encode() for lp in logprobs]
+        if self.parsed.request.options.top_logprobs is None:
+            return [b"null"]
+        tokens = []
+        for lp in logprobs:
+            ranked = {i: rank for rank, (i, _) in enumerate(lp.top, start=1)}
+            tokens.append({str(i): {"logprob": p, "rank": lp.rank if i == lp.token_id else ranked[i],
+                                    "decoded_token": self.tokenizer.decode([i])} for i, p in lp.top})
+        return [json.dumps(tokens).encode()]
 
     def _logprob_entry(self, lp) -> str:
         return json.dumps({"id": lp.token_id, "text": self.tokenizer.decode([lp.token_id]), "logprob": lp.logprob,
@@ -279,6 +302,7 @@ class TritonPythonModel:
             if self.fault_injection:  # tests only: TRITONGEN_FAULT_INJECTION=1 in the server's environment
                 self._inject(parameters.pop("tritongen_fault", None))
             parsed = parse_request(tensors, parameters, self.defaults, self.engine.tokenizer.render_chat, self.limits)
+            parsed.request.options.bad_words_ids = self.engine.tokenizer.word_sequences(parsed.bad_words)
             if parsed.priority == Priority.HIGH and not self.allow_high_priority:
                 raise RequestError("priority high is reserved: this server does not grant it to clients "
                                    "(generator setting allow_high_priority)")
@@ -295,7 +319,7 @@ class TritonPythonModel:
             except ValueError as exc:  # too long for the context or the pool, ids outside the vocabulary
                 raise RequestError(_naming(parsed.prompt_field, exc)) from None
             stream = _Stream(sender, parsed, prompt_ids, self.engine.tokenizer, self.metrics, self.step_sends,
-                             set(request.requested_output_names()) or self.output_names,
+                             self._wanted(request, parsed),
                              parsed.mode.stream_interval or self.stream_interval, self._closed)
             with self._streams_lock:
                 if self.broken:
@@ -321,6 +345,13 @@ class TritonPythonModel:
             pb_utils.Logger.log_error(f"a request failed before generation: {traceback.format_exc()}")
             sender.send(_error("internal error before generation; the server log has the details", "INTERNAL"),
                         flags=FINAL)
+
+    def _wanted(self, request, parsed: ParsedRequest) -> set[str]:
+        """The outputs each response holds: text_output and the flagged ones for a vLLM-backend client's return_*
+        flags; else the outputs the client named; else all of them."""
+        if parsed.mode.vllm_outputs is not None:
+            return {"text_output", *parsed.mode.vllm_outputs}
+        return set(request.requested_output_names()) or self.output_names
 
     def _closed(self, stream: _Stream) -> None:
         with self._streams_lock:
