@@ -12,7 +12,6 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import REPOSITORY
-from tritongen.engine import Engine
 from tritongen.options import GenerateOptions, GenerateRequest
 from tritongen.serve import TritonServer
 
