@@ -130,8 +130,8 @@ def gqa_wrapper(src: Path, dst: Path) -> None:
     """The GroupQueryAttention decoder behind an attention_mask input (onnxruntime-genai's native format).
 
     Graph inputs seqlens_k and total_sequence_length become tensors computed from attention_mask [B, T]:
-    seqlens_k = ReduceSum(attention_mask, axis 1) - 1 (int32 [B]), total_sequence_length = T (int32
-    scalar). num_logits_to_keep becomes the constant 0 (logits at every position, the shape the peers expect).
+    seqlens_k = ReduceSum(attention_mask, axis 1) - 1 (int32 [B]), total_sequence_length = [T] (int32
+    [1]). num_logits_to_keep becomes the constant [0] (logits at every position, the shape the peers expect).
     Outputs: logits and present.* only (same nodes and weights). Cached by source size and mtime.
     """
     stamp = dst.with_suffix(".source.json")
@@ -154,14 +154,14 @@ def gqa_wrapper(src: Path, dst: Path) -> None:
     consts = [helper.make_tensor(prefix + "axis1", TensorProto.INT64, [1], [1]),
               helper.make_tensor(prefix + "one", TensorProto.INT64, [], [1])]
     if "num_logits_to_keep" in names:
-        consts.append(helper.make_tensor("num_logits_to_keep", TensorProto.INT64, [], [0]))
+        consts.append(helper.make_tensor("num_logits_to_keep", TensorProto.INT64, [1], [0]))
     nodes = [
         helper.make_node("ReduceSum", ["attention_mask", prefix + "axis1"], [prefix + "lengths"], keepdims=0,
                          name=prefix + "lengths"),
         helper.make_node("Sub", [prefix + "lengths", prefix + "one"], [prefix + "seqlens_i64"], name=prefix + "sub"),
         helper.make_node("Cast", [prefix + "seqlens_i64"], ["seqlens_k"], to=TensorProto.INT32, name=prefix + "seqlens"),
         helper.make_node("Shape", ["attention_mask"], [prefix + "mask_shape"], name=prefix + "shape"),
-        helper.make_node("Gather", [prefix + "mask_shape", prefix + "one"], [prefix + "total_i64"], axis=0,
+        helper.make_node("Gather", [prefix + "mask_shape", prefix + "axis1"], [prefix + "total_i64"], axis=0,
                          name=prefix + "gather"),
         helper.make_node("Cast", [prefix + "total_i64"], ["total_sequence_length"], to=TensorProto.INT32,
                          name=prefix + "total"),

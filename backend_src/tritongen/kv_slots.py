@@ -85,13 +85,13 @@ class SlotDecoder:
             binding.bind_cpu_input("attention_mask", (self._columns[:total] <= seqlens_k[:, None]).astype(np.int64))
         else:
             binding.bind_cpu_input("seqlens_k", np.ascontiguousarray(seqlens_k, dtype=np.int32))
-            binding.bind_cpu_input("total_sequence_length", np.array(total, dtype=np.int32))
+            binding.bind_cpu_input("total_sequence_length", np.array([total], dtype=np.int32))
         if self.takes_positions:
             positions = seqlens_k.astype(np.int64)[:, None] - (seq - 1) + self._columns[:seq]
             binding.bind_cpu_input("position_ids", np.ascontiguousarray(positions))
         if self.keeps_logits:
             keep = 1 if last_logits_only else 0
-            binding.bind_cpu_input("num_logits_to_keep", np.array(keep, dtype=np.int64))
+            binding.bind_cpu_input("num_logits_to_keep", np.array([keep], dtype=np.int64))
             seq = keep or seq
         for i, (k, v) in enumerate(self._kv_views(first_slot, rows)):
             binding.bind_ortvalue_input(f"past_key_values.{i}.key", k)

@@ -11,7 +11,7 @@ rows through `seqlens_k`), with past and present of shape
 
 Both return the residual stream after a few layers for speculative heads.
 `concat` returns logits for every position. `gqa` returns them for the last
-`num_logits_to_keep` positions (an int64 scalar input; 0: every position,
+`num_logits_to_keep` positions (an int64 [1] input; 0: every position,
 which speculative verification needs): a prompt chunk needs only its last
 one, and the LM head over every position is about a fifth of a prompt's work.
 """
@@ -153,11 +153,15 @@ class _GqaAttention:
         angles = np.arange(spec.max_position, dtype=np.float64)[:, None] * inv_freq[None, :]
         g.const("cos_cache", np.cos(angles).astype(np.float32))
         g.const("sin_cache", np.sin(angles).astype(np.float32))
+        # GroupQueryAttention takes a scalar; the graph takes [1], which a Triton config can declare for a
+        # non-batching model (Triton supports no rank-0 input there).
+        g.op("Squeeze", ["total_sequence_length", g.const("c_squeeze_axis", np.array([0], np.int64))],
+             out="total_sequence_length_scalar")
 
     def inputs(self) -> list[onnx.ValueInfoProto]:
         return [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
-                helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
-                helper.make_tensor_value_info("num_logits_to_keep", TensorProto.INT64, [])]
+                helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [1]),
+                helper.make_tensor_value_info("num_logits_to_keep", TensorProto.INT64, [1])]
 
     kv_length = "max_length"
     present_length = "max_length"
@@ -168,7 +172,7 @@ class _GqaAttention:
         qkv = g.op("MatMul", [xn, p + "qkv_t"])
         attn = g.op("GroupQueryAttention",
                     [qkv, "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
-                     "total_sequence_length", "cos_cache", "sin_cache"],
+                     "total_sequence_length_scalar", "cos_cache", "sin_cache"],
                     domain="com.microsoft", outputs=3, num_heads=spec.num_heads, kv_num_heads=spec.num_kv_heads,
                     do_rotary=1, rotary_interleaved=0)
         g.nodes[-1].output[1:] = [f"present.{i}.key", f"present.{i}.value"]
@@ -176,8 +180,8 @@ class _GqaAttention:
 
 
 def last_positions(g: Graph, x: str) -> str:
-    """x [b, s, h] -> its last `num_logits_to_keep` positions (0: all of them)."""
-    start = g.op("Neg", [g.op("Unsqueeze", ["num_logits_to_keep", g.const("c_keep_axis", np.array([0], np.int64))])])
+    """x [b, s, h] -> its last `num_logits_to_keep` positions ([1]; 0: all of them)."""
+    start = g.op("Neg", ["num_logits_to_keep"])
     end = g.const("c_keep_end", np.array([np.iinfo(np.int64).max], np.int64))
     return g.op("Slice", [x, start, end, g.const("c_seq_axis", np.array([1], np.int64))])
 
