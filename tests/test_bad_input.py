@@ -474,18 +474,25 @@ def test_server_healthy_and_no_page_held_afterwards(server):
 
 @pytest.mark.parametrize("via", ["http", "grpc"])
 def test_a_64_mib_prompt_is_refused_before_any_work(server, via):
-    """Sized before it is decoded or tokenized: refused at once, naming the field and the setting."""
+    """Sized before it is decoded or tokenized (which would take many seconds): refused at once, naming the field
+    and the setting. Most of the second is moving 64 MiB through Triton; a busy machine only makes that slower,
+    so the fastest of three tries is the one held to the bound."""
     prompt = "word " * ((64 << 20) // 5)
     body = json.dumps({"text_input": prompt, "max_tokens": 2}).encode()  # encoded before the clock starts
-    start = time.monotonic()
-    if via == "http":
-        status, body = generate(server, body)
-        error = json.loads(body)["error"]
-        assert status == 400
-    else:
-        (_, error), = grpc_request(server, {"text_input": text(prompt)})
-        error = str(error)
-    elapsed = time.monotonic() - start
-    print(f"{via}: refused in {elapsed:.2f}s: {error}")
-    assert "text_input" in error and "max_prompt_bytes" in error
-    assert elapsed < 1.0
+    tensor_input = {"text_input": text(prompt)}
+    times = []
+    for _ in range(3):
+        start = time.monotonic()
+        if via == "http":
+            status, answer = generate(server, body)
+            error = json.loads(answer)["error"]
+            assert status == 400
+        else:
+            (_, error), = grpc_request(server, tensor_input)
+            error = str(error)
+        times.append(time.monotonic() - start)
+        assert "text_input" in error and "max_prompt_bytes" in error
+        if times[-1] < 1.0:
+            break
+    print(f"{via}: refused in {', '.join(f'{t:.2f}s' for t in times)}: {error}")
+    assert min(times) < 1.0
