@@ -17,6 +17,7 @@ import urllib.request
 from contextlib import contextmanager
 
 import httpx2
+import jsonschema
 import numpy as np
 import openai
 import pytest
@@ -365,3 +366,126 @@ def test_a_dead_engine_is_503_without_internals(busy_triton):
             assert status == 503 and headers["retry-after"] == "1", (status, body)
             assert "Triton" not in message and "127.0.0.1" not in message and "engine" not in message, message
             time.sleep(2)
+
+
+def tool(name: str, properties: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"The {name.replace('_', ' ')} tool.",
+                                             "parameters": {"type": "object", "properties": properties,
+                                                            "required": required, "additionalProperties": False}}}
+
+
+STR = {"type": "string", "maxLength": 16}
+INT = {"type": "integer", "minimum": 0, "maximum": 1000}
+TOOLS = [
+    tool("get_weather", {"city": STR, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, ["city"]),
+    tool("add_numbers", {"a": INT, "b": INT}, ["a", "b"]),
+    tool("send_email", {"to": STR, "subject": STR, "urgent": {"type": "boolean"}}, ["to", "subject"]),
+    tool("book_flight", {"from": STR, "to": STR, "passengers": INT}, ["from", "to", "passengers"]),
+    tool("search_web", {"query": STR, "max_results": {"type": "integer", "minimum": 1, "maximum": 10}}, ["query"]),
+    tool("create_event", {"title": STR, "day": {"type": "string", "enum": ["mon", "tue", "wed", "thu", "fri"]},
+                          "attendees": {"type": "array", "items": STR, "maxItems": 3}}, ["title", "day"]),
+    tool("set_alarm", {"hour": {"type": "integer", "minimum": 0, "maximum": 23},
+                       "minute": {"type": "integer", "minimum": 0, "maximum": 59}}, ["hour", "minute"]),
+    tool("translate", {"text": STR, "target": {"type": "string", "enum": ["fr", "de", "es"]}}, ["text", "target"]),
+    tool("order_pizza", {"size": {"type": "string", "enum": ["small", "large"]},
+                         "toppings": {"type": "array", "items": {"type": "string", "enum": ["ham", "olive", "cheese"]},
+                                      "maxItems": 3}}, ["size"]),
+    tool("convert_currency", {"amount": {"type": "number", "minimum": 0, "maximum": 100000},
+                              "from": {"type": "string", "enum": ["USD", "EUR"]},
+                              "to": {"type": "string", "enum": ["USD", "EUR"]}}, ["amount", "from", "to"]),
+    tool("lookup_user", {"user": {"type": "object", "properties": {"id": INT, "name": STR},
+                                  "required": ["id"], "additionalProperties": False}}, ["user"]),
+    tool("rate_movie", {"title": STR, "stars": {"type": "integer", "minimum": 1, "maximum": 5}}, ["title", "stars"]),
+    tool("play_song", {"artist": STR, "song": STR, "shuffle": {"type": "boolean"}}, ["song"]),
+    tool("get_stock", {"ticker": {"type": "string", "pattern": "^[A-Z]{1,5}$"}}, ["ticker"]),
+    tool("reserve_table", {"people": {"type": "integer", "minimum": 1, "maximum": 12},
+                           "time": {"type": "string", "enum": ["18:00", "19:00", "20:00"]},
+                           "notes": {"type": "array", "items": STR, "maxItems": 2}}, ["people", "time"]),
+    tool("find_recipe", {"ingredients": {"type": "array", "items": STR, "minItems": 1, "maxItems": 3},
+                         "vegetarian": {"type": "boolean"}}, ["ingredients"]),
+    tool("track_package", {"carrier": {"type": "string", "enum": ["ups", "dhl"]}, "code": STR}, ["carrier", "code"]),
+    tool("schedule_meeting", {"with": {"type": "array", "items": {"type": "object", "properties": {"name": STR},
+                                                                   "required": ["name"], "additionalProperties": False},
+                                       "maxItems": 2}, "minutes": INT}, ["with"]),
+    tool("set_thermostat", {"room": STR, "celsius": {"type": "number", "minimum": 10, "maximum": 30}}, ["celsius"]),
+    tool("log_workout", {"kind": {"type": "string", "enum": ["run", "swim", "bike"]}, "km": INT,
+                         "details": {"type": "object", "properties": {"felt": {"type": "string",
+                                                                               "enum": ["good", "bad"]}},
+                                     "additionalProperties": False}}, ["kind", "km"]),
+]
+
+
+def valid_calls(calls, tools=TOOLS) -> list[str]:
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    names = []
+    for call in calls:
+        jsonschema.validate(json.loads(call.function.arguments), schemas[call.function.name])
+        names.append(call.function.name)
+    return names
+
+
+def test_twenty_tool_schemas_always_give_valid_calls(client):
+    assert len(TOOLS) == 20
+    ask = [{"role": "user", "content": "Please use the tool for my request: book it, look it up, or do it."}]
+    for i, t in enumerate(TOOLS):  # each tool named, streaming every other time
+        name = t["function"]["name"]
+        kwargs = dict(model="generator", messages=ask, tools=TOOLS, temperature=0, max_tokens=120,
+                      tool_choice={"type": "function", "function": {"name": name}})
+        if i % 2:
+            chunks = list(client.chat.completions.create(stream=True, **kwargs))
+            calls = [c for ch in chunks for choice in ch.choices for c in (choice.delta.tool_calls or [])]
+            finish = [choice.finish_reason for ch in chunks for choice in ch.choices if choice.finish_reason]
+        else:
+            out = client.chat.completions.create(**kwargs)
+            calls, finish = out.choices[0].message.tool_calls, [out.choices[0].finish_reason]
+        assert valid_calls(calls) == [name] and finish == ["tool_calls"], (name, calls, finish)
+    for stream in (False, True):  # required: the model picks among all twenty (SmolLM2, not tuned for tools, would
+        # repeat parallel calls until max_tokens: one call)
+        kwargs = dict(model="generator", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                      tools=TOOLS, tool_choice="required", temperature=0, max_tokens=200, parallel_tool_calls=False)
+        if stream:
+            chunks = list(client.chat.completions.create(stream=True, **kwargs))
+            calls = [c for ch in chunks for choice in ch.choices for c in (choice.delta.tool_calls or [])]
+            finish = [choice.finish_reason for ch in chunks for choice in ch.choices if choice.finish_reason]
+        else:
+            out = client.chat.completions.create(**kwargs)
+            calls, finish = out.choices[0].message.tool_calls, [out.choices[0].finish_reason]
+        print(f"required, stream={stream}: {[(c.function.name, c.function.arguments) for c in calls]}")
+        assert valid_calls(calls) and finish == ["tool_calls"]
+
+
+def test_auto_chooses_between_text_and_a_call(client, triton):
+    tools = TOOLS[:2]
+    ask = dict(model="generator", tools=tools, tool_choice="auto", temperature=0, max_tokens=60,
+               messages=[{"role": "user", "content": "What is the capital of France?"}])
+    text = client.chat.completions.create(**ask)
+    assert text.choices[0].message.tool_calls is None and "Paris" in text.choices[0].message.content
+    assert text.choices[0].finish_reason == "stop"
+    opener = TextTokenizer(REPOSITORY / "target_gqa").encode("<tool_call>", add_bos=False)[0]
+    called = client.chat.completions.create(logit_bias={str(opener): 30}, parallel_tool_calls=False, **ask)
+    choice = called.choices[0]
+    print(f"auto with the call made likely: {choice.message.tool_calls}")
+    assert choice.finish_reason == "tool_calls" and valid_calls(choice.message.tool_calls, tools)
+
+
+def test_logit_bias_and_json_object_on_both_endpoints(client):
+    token = TextTokenizer(REPOSITORY / "target_gqa").encode(" banana", add_bos=False)[0]
+    done = client.completions.create(model="generator", prompt="My favourite fruit is", max_tokens=3, temperature=0,
+                                     logit_bias={str(token): 100})
+    assert done.choices[0].text == " banana" * 3
+    chat = client.chat.completions.create(model="generator", messages=FRANCE, max_tokens=3, temperature=0,
+                                          logit_bias={str(token): 100})
+    assert chat.choices[0].message.content == " banana" * 3
+    for out in (client.completions.create(model="generator", prompt="A JSON object describing a cat:", max_tokens=150,
+                                          temperature=0, extra_body={"response_format": {"type": "json_object"}}),
+                client.chat.completions.create(model="generator", messages=FRANCE, max_tokens=150, temperature=0,
+                                               response_format={"type": "json_object"})):
+        choice = out.choices[0]
+        text = choice.text if hasattr(choice, "text") else choice.message.content
+        print(f"json_object: {choice.finish_reason} {text!r}")
+        assert text.startswith("{")  # an object, whatever the model would rather write
+        if choice.finish_reason == "stop":  # SmolLM2 may ramble until max_tokens; a finished answer parses
+            assert isinstance(json.loads(text), dict)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="generator", prompt="hi", logit_bias={"1": 101})
+    assert caught.value.response.json()["error"]["param"] == "logit_bias"

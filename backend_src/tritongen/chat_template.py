@@ -78,6 +78,32 @@ class _Namespace(jinja2.utils.Namespace):
             raise jinja2.exceptions.SecurityError(f"chat templates may not set underscore attributes ({name!r})")
 
 
+TOOLS_PREAMBLE = ("You can call these tools. To call one, answer with <tool_call>{\"name\": <the tool's name>, "
+                  "\"arguments\": <its arguments as a JSON object>}</tool_call>, one per line; otherwise answer in "
+                  "text.\nTools:\n")
+
+
+def with_tools_in_text(messages: list[dict], tools: list | None) -> list[dict]:
+    """For a template that renders no tools: describe them in the system turn, and write earlier calls out in the
+    syntax the model is asked to use (the syntax tool calls are decoded in)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls")
+        if calls:
+            written = "\n".join("<tool_call>" + json.dumps({"name": c["function"]["name"],
+                                                             "arguments": c["function"]["arguments"]}) + "</tool_call>"
+                                 for c in calls)
+            m = {**m, "content": (m.get("content") or "") + written}
+        out.append(m)
+    if tools:
+        described = TOOLS_PREAMBLE + "\n".join(json.dumps(t.get("function", t), separators=(",", ":")) for t in tools)
+        if out and out[0].get("role") == "system":
+            out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + described}
+        else:
+            out.insert(0, {"role": "system", "content": described})
+    return out
+
+
 class ChatTemplate:
     def __init__(self, source: str, special_tokens: dict[str, str]):
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
@@ -86,6 +112,7 @@ class ChatTemplate:
                            namespace=_Namespace)
         self._template = env.from_string(source)
         self.special_tokens = special_tokens
+        self.renders_tools = "tool" in source  # else tools and calls are written into the messages
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True, tools: list | None = None,
                documents: list | None = None, **kwargs) -> str:

@@ -175,8 +175,10 @@ def _messages(raw: str, limits: RequestLimits) -> list[dict]:
         raise RequestError("messages must be a non-empty JSON list of {role, content} objects")
     check_count("messages", len(messages), limits.max_chat_messages, "max_chat_messages", "messages")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content", ""), str):
             raise RequestError(f"messages[{i}] must be an object with string 'role' and 'content'")
+        if m.get("content") is None:  # an assistant turn that only called tools
+            m["content"] = ""
     return messages
 
 
@@ -461,8 +463,8 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict,
     try:
         if key == "choice":
             return GenerateConstraint.choice(value), field
-        if key == "json_object":
-            return GenerateConstraint("json"), field
+        if key == "json_object":  # vLLM's and OpenAI's json_object: a JSON object, not any JSON value
+            return GenerateConstraint("json_schema", '{"type": "object"}'), field
         if key == "json":
             return GenerateConstraint("json_schema", value), field
         if not isinstance(value, str):

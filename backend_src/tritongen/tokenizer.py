@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from .chat_template import ChatTemplate, template_source
+from .chat_template import ChatTemplate, template_source, with_tools_in_text
 from .model_folder import read_json
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
@@ -94,6 +94,9 @@ class TextTokenizer:
         """The model's chat template with the assistant turn opened; `kwargs` reach the template (tools, ...)."""
         if self.chat is None:
             raise ValueError("this model has no chat template; send text_input or input_ids instead")
+        tools = kwargs.get("tools")
+        if not self.chat.renders_tools and (tools or any(m.get("tool_calls") for m in messages)):
+            messages = with_tools_in_text(messages, tools)  # transformers would drop them: the model never sees them
         return self.chat.render(messages, add_generation_prompt=True, **kwargs)
 
     def encode_chat(self, messages: list[dict], **kwargs) -> list[int]:

@@ -13,6 +13,7 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from . import tool_calls
 from .choice import Choice, usage
 from .disconnect import unless_disconnected
 from .fan_in import fan_in
@@ -23,32 +24,58 @@ from .schemas import ChatCompletionRequest
 from .sse import event_stream
 
 
+def _calls_possible(req: ChatCompletionRequest) -> bool:
+    return bool(req.tools) and req.tool_choice != "none"
+
+
+def _message(req: ChatCompletionRequest, choice: Choice) -> tuple[dict, str | None]:
+    """The assistant message and finish reason of a finished choice: tool calls when the answer made them (the
+    complete ones; cut short by max_tokens, it still ends with `length`)."""
+    calls = tool_calls.parse(choice.text) if _calls_possible(req) else None
+    if calls is None:
+        return {"role": "assistant", "content": choice.text}, choice.finish_reason
+    return {"role": "assistant", "content": None, "tool_calls": calls}, (
+        "length" if choice.finish_reason == "length" else "tool_calls")
+
+
 async def _complete(req: ChatCompletionRequest, streams, base: dict) -> dict:
     choices = [Choice() for _ in range(req.n)]
     async for index, piece in fan_in(streams):
         choices[index].add(piece)
-    return {**base, "object": "chat.completion", "choices": [
-        {"index": i, "message": {"role": "assistant", "content": c.text},
-         "logprobs": chat_logprobs(c.logprobs) if req.logprobs else None, "finish_reason": c.finish_reason}
-        for i, c in enumerate(choices)], "usage": usage(choices)}
+    out = []
+    for i, c in enumerate(choices):
+        message, finish = _message(req, c)
+        out.append({"index": i, "message": message, "logprobs": chat_logprobs(c.logprobs) if req.logprobs else None,
+                    "finish_reason": finish})
+    return {**base, "object": "chat.completion", "choices": out, "usage": usage(choices)}
 
 
 async def _chunks(req: ChatCompletionRequest, streams, base: dict) -> AsyncIterator[dict]:
+    """Text streams as it comes. An answer that opens a tool call is held until it is complete, then sent as one
+    delta with its tool_calls (each call whole, its arguments valid JSON)."""
     base = {**base, "object": "chat.completion.chunk"}
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     extra = {"usage": None} if include_usage else {}
     choices = [Choice() for _ in range(req.n)]
     started = [False] * req.n
     async for index, piece in fan_in(streams):
-        choices[index].add(piece)
+        choice = choices[index]
+        choice.add(piece)
+        holding = _calls_possible(req) and choice.text.lstrip().startswith(tool_calls.OPEN[: len(choice.text.lstrip())])
+        if holding and choice.finish_reason is None:
+            continue
         delta = {"content": piece.text}
+        finish = choice.finish_reason
+        if holding:
+            message, finish = _message(req, choice)
+            delta = ({"content": message["content"]} if message.get("content") is not None else
+                     {"tool_calls": [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]})
         if not started[index]:
             delta = {"role": "assistant", **delta}
             started[index] = True
         yield {**base, **extra, "choices": [{
             "index": index, "delta": delta,
-            "logprobs": chat_logprobs(piece.logprobs) if req.logprobs else None,
-            "finish_reason": choices[index].finish_reason}]}
+            "logprobs": chat_logprobs(piece.logprobs) if req.logprobs else None, "finish_reason": finish}]}
     if include_usage:
         yield {**base, "choices": [], "usage": usage(choices)}
 

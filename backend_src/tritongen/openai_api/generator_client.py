@@ -26,7 +26,7 @@ INPUT_DTYPES = {
     "top_p": np.float32, "top_k": np.int32, "min_p": np.float32, "repetition_penalty": np.float32,
     "frequency_penalty": np.float32, "presence_penalty": np.float32, "seed": np.uint64, "stop_words": np.object_,
     "ignore_eos": np.bool_, "return_log_probs": np.bool_, "top_logprobs": np.int32,
-    "sampling_parameters": np.object_,
+    "sampling_parameters": np.object_, "tools": np.object_,
 }
 
 

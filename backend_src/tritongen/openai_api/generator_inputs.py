@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from .schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, ResponseFormat, SamplingRequest
+from . import tool_calls
 from .errors import invalid
 
 
@@ -58,6 +59,8 @@ def _sampling(req: SamplingRequest, max_tokens: int | None, top_logprobs: int | 
         extra["guided_decoding"] = guided
     if req.stop_token_ids:
         extra["stop_token_ids"] = req.stop_token_ids
+    if req.logit_bias:
+        extra["logit_bias"] = req.logit_bias
     if extra:
         inputs["sampling_parameters"] = json.dumps(extra)
     return inputs
@@ -82,13 +85,44 @@ def _message_text(message: ChatMessage, index: int) -> str:
     return "".join(texts)
 
 
+def _message(message: ChatMessage, index: int) -> dict[str, Any]:
+    """A chat message as chat templates read it (transformers' shape): tool calls with arguments as objects."""
+    out: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
+                           "content": _message_text(message, index)}
+    if message.tool_calls:
+        calls = []
+        for call in message.tool_calls:
+            try:
+                arguments = json.loads(call.function.arguments)
+            except ValueError:
+                raise invalid(f"messages[{index}].tool_calls: arguments are not JSON",
+                              f"messages[{index}].tool_calls") from None
+            calls.append({"id": call.id, "type": "function",
+                          "function": {"name": call.function.name, "arguments": arguments}})
+        out["tool_calls"] = calls
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
 def chat_inputs(req: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """The chat goes to the generator's `messages` input, so its chat template renders it."""
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": _message_text(m, i)}
-                for i, m in enumerate(req.messages)]
+    """The chat goes to the generator's `messages` input, so its chat template renders it; tools go to its
+    `tools` input, and a tool choice becomes the grammar the answer is decoded under."""
+    messages = [_message(m, i) for i, m in enumerate(req.messages)]
     top_logprobs = (req.top_logprobs or 0) if req.logprobs else None
     inputs = _sampling(req, req.max_completion_tokens or req.max_tokens, top_logprobs)
     inputs["messages"] = json.dumps(messages)
+    tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
+    if tools and req.tool_choice != "none":
+        inputs["tools"] = json.dumps(tools)
+    choice = req.tool_choice.model_dump() if hasattr(req.tool_choice, "model_dump") else (req.tool_choice or "auto")
+    call_grammar = tool_calls.grammar(tools, choice, req.parallel_tool_calls)
+    if call_grammar is not None:
+        if req.response_format is not None and req.response_format.type != "text":
+            raise invalid("response_format cannot be combined with tools", "response_format")
+        extra = json.loads(inputs.get("sampling_parameters", "{}"))
+        extra["guided_decoding"] = {"grammar": call_grammar}
+        inputs["sampling_parameters"] = json.dumps(extra)
     return _per_choice(inputs, req)
 
 

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .errors import invalid
 
+MAX_TOOLS = 128  # the generator's max_tools: each is rendered into the prompt and compiled into the grammar
+MAX_LOGIT_BIAS = 300  # OpenAI's
 INT32_MAX = 2**31 - 1  # the generator's INT32 inputs: a larger value is refused, never wrapped
 INT64_MAX = 2**63 - 1
 
@@ -53,7 +55,7 @@ class SamplingRequest(BaseModel):
     frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
     presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
     response_format: Optional[ResponseFormat] = None
-    logit_bias: Optional[dict[str, float]] = None
+    logit_bias: Optional[dict[str, float]] = None  # token id -> bias in [-100, 100], at most 300 entries
     user: Optional[str] = None
     # vLLM-style extras (openai's `extra_body`).
     top_k: Optional[int] = Field(None, ge=-1, le=INT32_MAX)
@@ -74,8 +76,11 @@ class SamplingRequest(BaseModel):
 
     @model_validator(mode="after")
     def _supported(self):
-        if self.logit_bias:
-            raise invalid("logit_bias is not supported", "logit_bias")
+        if self.logit_bias is not None and len(self.logit_bias) > MAX_LOGIT_BIAS:
+            raise invalid(f"logit_bias has {len(self.logit_bias)} entries, over the limit of {MAX_LOGIT_BIAS}",
+                          "logit_bias")
+        if self.logit_bias and any(not -100 <= v <= 100 for v in self.logit_bias.values()):
+            raise invalid("logit_bias values must be between -100 and 100", "logit_bias")
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         if any(not s for s in stops):
             raise invalid("stop strings must not be empty", "stop")
@@ -89,12 +94,42 @@ class ContentPart(BaseModel):
     text: Optional[str] = None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(BaseModel):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[str, list[ContentPart], None] = None
     name: Optional[str] = None
+    tool_calls: Optional[list[ToolCall]] = None  # an assistant turn that called tools
+    tool_call_id: Optional[str] = None  # a tool's answer
+
+
+class FunctionDefinition(BaseModel):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class Tool(BaseModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: dict[str, str]
 
 
 class ChatCompletionRequest(SamplingRequest):
@@ -102,17 +137,27 @@ class ChatCompletionRequest(SamplingRequest):
     max_completion_tokens: Optional[int] = Field(None, ge=1, le=INT32_MAX)
     logprobs: bool = False
     top_logprobs: Optional[int] = Field(None, ge=0, le=20)
-    tools: Optional[list[Any]] = None
-    tool_choice: Optional[Any] = None
+    tools: Optional[list[Tool]] = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: bool = True
     functions: Optional[list[Any]] = None
     modalities: Optional[list[str]] = None
 
     @model_validator(mode="after")
     def _chat_supported(self):
-        if self.tools or self.functions:
-            raise invalid("tools and function calling are not supported", "tools" if self.tools else "functions")
-        if self.tool_choice not in (None, "none"):
-            raise invalid("tool_choice is not supported", "tool_choice")
+        if self.functions:
+            raise invalid("functions (deprecated) is not supported: send tools", "functions")
+        tools = self.tools or []
+        if len(tools) > MAX_TOOLS:
+            raise invalid(f"{len(tools)} tools, over the limit of {MAX_TOOLS}", "tools")
+        names = [t.function.name for t in tools]
+        if len(set(names)) != len(names):
+            raise invalid("tool names must be unique", "tools")
+        if self.tool_choice not in (None, "none", "auto") and not tools:
+            raise invalid("tool_choice needs tools", "tool_choice")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.get("name") not in names:
+            raise invalid(f"tool_choice names {self.tool_choice.function.get('name')!r}, which is not in tools",
+                          "tool_choice")
         if self.modalities and self.modalities != ["text"]:
             raise invalid("only the text modality is supported", "modalities")
         if self.top_logprobs is not None and not self.logprobs:
