@@ -56,7 +56,7 @@ SETTINGS = [
             "onnx-genai server (continuous batching, GQA wrapper; derived, no per-token times)", "gqa", (1, 4, 16)),
 ]
 
-# The key comparisons of issue 4 run PASSES times per level in these levels, on fresh prompts each pass,
+# The key comparisons run PASSES times per level in these levels, on fresh prompts each pass,
 # alternating the order (A B C D, D C B A, A B C D, ...: a load that drifts during the level hits every side
 # alike); their decode rate is the mean of the passes. The machine is shared: one pass moves by 10% or more.
 REPEAT = ("raw-gqa", "engine", "triton", "triton-si4", "raw")
@@ -131,7 +131,7 @@ def run(workers: dict, tokenizer, length: int, n: int, levels=(1, 4, 16), poisso
         todo = [(s, p) for p in range(PASSES if level in REPEAT_LEVELS else 1)
                 for s in (repeated if p % 2 == 0 else repeated[::-1])]
         # The peers' one run each comes after the key passes: on a machine too slow for the budget they are
-        # what is left out, not the passes of the comparisons issue 4 turns on.
+        # what is left out, not the passes of the key comparisons.
         todo += [(s, 0) for s in first if s.key not in REPEAT]
         for setting, p in todo:
             key = (setting.key, level)

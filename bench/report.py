@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-NEAR_TIE = 1e-4  # DESIGN.md section 7: a greedy divergence is acceptable only at a top-2 logit gap below this
+NEAR_TIE = 1e-4  # a greedy divergence is acceptable only at a top-2 logit gap below this
 
 
 def figures(runs: list[dict], batch: int, n: int) -> dict:

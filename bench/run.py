@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"prompts of {section.length} tokens (their own), {section.n} new tokens; load average "
                        f"{section.poisson['load']:.1f} at the start.\n\n" + concurrency.poisson_table(poisson_fig))
         target_rows = concurrency.targets(conc_figs, raws, part1, section.levels)
-        md += "\n### Throughput targets (issues 3 and 4), read from this run\n\n" + concurrency.targets_table(target_rows)
+        md += "\n### Throughput targets, read from this run\n\n" + concurrency.targets_table(target_rows)
         loud += [f"part 2 {k[0]} x{k[1]}: FAILED: {v}" for k, v in section.failures.items()]
         loud += [f"part 2 {k[0]} x{k[1]}: tokens: {v}" for k, v in token_notes.items() if "differ" in v]
         loud += [f"TIME BUDGET: {c}" for c in section.cut]

@@ -115,7 +115,7 @@ class RawLoop:
 
     def margin_at(self, ids: list[int], generated: list[int], k: int) -> float:
         """Top-2 logit gap of the raw loop at generated token k (teacher-forced on `generated`[:k]): is a
-        divergence there a near-tie (DESIGN.md section 7)?"""
+        divergence there a near-tie?"""
         seq = list(ids) + list(generated[:k])
         empty = np.zeros((1, self.kv_heads, 0, self.head_dim), dtype=np.float32)
         feeds = {"input_ids": np.asarray([seq], dtype=np.int64), "attention_mask": np.ones((1, len(seq)), np.int64),

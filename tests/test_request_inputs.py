@@ -1,4 +1,4 @@
-"""parse_request: Triton tensors + parameters -> GenerateRequest (DESIGN.md section 3)."""
+"""parse_request: Triton tensors + parameters -> GenerateRequest (docs/contract.md)."""
 import json
 
 import numpy as np

@@ -1,6 +1,6 @@
 """The public generation types, mirroring `onnx-genai-engine`'s config.rs.
 
-Field names, defaults and validation messages follow the seed file so a
+Field names, defaults and validation messages follow onnx-genai-engine's config so a
 user of the Rust engine finds the same knobs here.
 """
 
@@ -18,9 +18,9 @@ from .kv.connector_config import KvConnectorConfig
 from .speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 
 TokenId = int
-# A stop sequence is either text or a run of token ids (the seed's StopSequence).
+# A stop sequence is either text or a run of token ids (onnx-genai-engine's StopSequence).
 StopSequence = Union[str, tuple[int, ...]]
-# The seed's GeneratePrompt: raw text or already-tokenized ids.
+# onnx-genai-engine's GeneratePrompt: raw text or already-tokenized ids.
 GeneratePrompt = Union[str, list[int]]
 
 
@@ -35,7 +35,7 @@ CONSTRAINT_KINDS = ("json", "json_schema", "regex", "lark")
 
 @dataclass(frozen=True)
 class GenerateConstraint:
-    """The seed's GenerateConstraint: Json (any value), JsonSchema, Regex or Lark."""
+    """onnx-genai-engine's GenerateConstraint: Json (any value), JsonSchema, Regex or Lark."""
 
     kind: str
     text: str = ""  # schema, pattern or grammar; empty for "json"
@@ -72,7 +72,7 @@ class GenerateOptions:
     constraint: Optional[GenerateConstraint] = None
     num_speculative_tokens: Optional[int] = None
     speculative_mode: Optional[SpeculativeMode] = None
-    # Ours, in addition to the seed: no EOS or stop before this many tokens.
+    # Ours, in addition to onnx-genai-engine: no EOS or stop before this many tokens.
     min_length: int = 0
     # Ours, as vLLM's SamplingParams: added to a token's logit before any filter; token id sequences never
     # generated (the last id of each is banned where the output ends with the rest); special tokens kept in
@@ -83,7 +83,7 @@ class GenerateOptions:
     include_stop_str_in_output: bool = False
 
     def validate(self) -> None:
-        """Raise ValueError with the seed's message for the first invalid field."""
+        """Raise ValueError with onnx-genai-engine's message for the first invalid field."""
         def finite(x: float) -> bool:
             return math.isfinite(x)
 
@@ -171,7 +171,7 @@ class GenerateToken:
 
 @dataclass
 class RequestTiming:
-    """Ours, beyond the seed: what the metrics and benchmarks need, in seconds."""
+    """Ours, beyond onnx-genai-engine: what the metrics and benchmarks need, in seconds."""
 
     queue: float = 0.0  # submission to first admission into the running batch
     first_token: float = 0.0  # submission to first generated token
@@ -222,7 +222,7 @@ class EngineConfig:
     max_model_len: int = 2048
     # Storage dtype of the page store (f32, f16, int8, fp8_e4m3fn, fp8_e5m2); the running batch stays f32.
     kv_cache_dtype: str = "f32"
-    # External KV store for prompt chunks (seed KvConnectorConfig); the default, null, stores nothing.
+    # External KV store for prompt chunks (onnx-genai-engine's KvConnectorConfig); the default, null, stores nothing.
     kv_connector: KvConnectorConfig = field(default_factory=KvConnectorConfig)
     # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
     max_queue_len: int = 256

@@ -1,4 +1,4 @@
-"""Logits processors in the seed's order, the sampler, and logprobs.
+"""Logits processors in onnx-genai-engine's order, the sampler, and logprobs.
 
 Order: repetition, frequency, presence, stop (min_length bans EOS),
 [constraint], temperature, top-k, top-p, min-p. Each request owns its

@@ -2,7 +2,7 @@
 
 Why this file exists: Triton normally runs in NGC's container. On a plain
 machine we reuse the tritonserver binary, python backend and per-version
-stubs that the ``nvidia-pytriton`` wheel ships (see DESIGN.md section 6).
+stubs that the ``nvidia-pytriton`` wheel ships.
 Three things make that work, and this module does exactly those:
 
 1. The python backend launches ``triton_python_backend_stub`` from its own

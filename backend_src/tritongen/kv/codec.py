@@ -1,4 +1,4 @@
-"""KV page storage dtypes: f32, f16, int8 and the two fp8 formats (seed KvDType, plus f16).
+"""KV page storage dtypes: f32, f16, int8 and the two fp8 formats (onnx-genai-engine's KvDType, plus f16).
 
 Quantized formats keep one f32 scale per token and head (over head_dim),
 so appending a token never requantises the tokens already stored. fp8 is

@@ -1,4 +1,4 @@
-"""The KV connector protocol of onnx-genai's DESIGN section 38, and its Null backend.
+"""The KV connector protocol of onnx-genai-engine (its KvCacheConnector), and its Null backend.
 
 A connector stores complete prompt chunks outside the page pool and gives
 them back later. Keys carry a rolling cumulative hash, so equal keys mean

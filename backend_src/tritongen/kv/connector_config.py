@@ -1,4 +1,4 @@
-"""The seed's KvConnectorConfig: which connector, its chunking, store priority and the recompute baseline."""
+"""onnx-genai-engine's KvConnectorConfig: which connector, its chunking, store priority and the recompute baseline."""
 
 from __future__ import annotations
 

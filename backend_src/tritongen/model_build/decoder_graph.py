@@ -1,6 +1,6 @@
 """Llama decoder as an ONNX graph, in two attention layouts.
 
-`concat` is the interchange format (DESIGN section 4): past/present KV that
+`concat` is the interchange format (the ONNX convention in docs/contract.md): past/present KV that
 grow by concatenation, an attention mask and position ids; the naming that
 optimum and onnxruntime-genai use, so the file runs unchanged in those peers.
 

@@ -1,6 +1,6 @@
 """Write the speculative heads as repository folders, each with config.pbtxt and head_config.json.
 
-head_config.json holds the seed's config fields (MtpConfig, Eagle3Config,
+head_config.json holds onnx-genai-engine's config fields (MtpConfig, Eagle3Config,
 SharedKvProposerConfig) with paths relative to the repository, so the
 generator needs only the folder's name. The target's embedding and LM
 head are written once, as raw little-endian f32, beside the target.

@@ -1,4 +1,4 @@
-"""head_config.json of a repository head folder -> the seed's head configuration."""
+"""head_config.json of a repository head folder -> onnx-genai-engine's head configuration."""
 
 from __future__ import annotations
 

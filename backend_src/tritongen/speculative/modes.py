@@ -1,4 +1,4 @@
-"""The seed's speculative types: SpeculativeMode and the head configurations, with its validation messages.
+"""onnx-genai-engine's speculative types: SpeculativeMode and the head configurations, with its validation messages.
 
 A request chooses a mode by name (with numeric knobs only); the files a
 mode needs are configured once, on the engine, never per request.
