@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import REPOSITORY
+from tritongen.engine_snapshot import EngineSnapshot
 from tritongen.options import FinishReason, GenerateResult, GenerateToken, TokenLogprob
 from tritongen.repository import read_config
 from tritongen.request_inputs import parse_request
@@ -295,13 +296,10 @@ def test_gauges_are_set_only_when_they_change(adapter, monkeypatch):
     RecordingFamily.log = []
     sending = PausedSendThread()
     metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, sending.put)
-    running = [object()] * 3
-    scheduler = types.SimpleNamespace(running=running, waiting=[], has_work=lambda: True)
-    pool = types.SimpleNamespace(used=10, num_used=lambda: pool.used, num_available=lambda: 100 - pool.used)
-    engine = types.SimpleNamespace(
-        scheduler=scheduler, pool=pool, masks=types.SimpleNamespace(seconds=0.0),
-        stats=types.SimpleNamespace(drafted_tokens=0, accepted_tokens=0, verify_calls=0),
-        kv=types.SimpleNamespace(connector_stats={}))
+    used = {"pages": 10}
+    engine = types.SimpleNamespace(snapshot=lambda: EngineSnapshot(
+        running=3, waiting=0, swapped=0, pages_used=used["pages"], pages_free=100 - used["pages"],
+        mask_seconds=0.0, drafted_tokens=0, accepted_tokens=0, verify_calls=0))
 
     def published() -> dict:
         RecordingFamily.log.clear()
@@ -312,5 +310,5 @@ def test_gauges_are_set_only_when_they_change(adapter, monkeypatch):
     assert published() == {"num_requests_running": 3, "num_requests_waiting": 0, "num_requests_swapped": 0,
                            "kv_pages_used": 10, "kv_pages_free": 90}
     assert published() == {}
-    pool.used = 12
+    used["pages"] = 12
     assert published() == {"kv_pages_used": 12, "kv_pages_free": 88}

@@ -33,6 +33,7 @@ from .kv_slots import SlotDecoder
 from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResult, GenerateToken,
                       PrioritizedGenerateResult, Priority, ScheduledGenerateArrival)
 from .decoder_signature import uses_group_query_attention
+from .engine_snapshot import EngineSnapshot
 from .model_folder import ModelFiles, locate
 from .sampling import RequestSampler, TokenChoice
 from .speculative.draft_model import DraftModelProposer
@@ -75,7 +76,6 @@ class RequestHandle:
 class EngineStats:
     steps: int = 0
     decode_steps: int = 0
-    prefill_calls: int = 0
     preemptions: int = 0
     empty_steps: int = 0  # steps that ran nothing while requests waited (stays 0: no spinning)
     verify_calls: int = 0
@@ -153,6 +153,19 @@ class Engine:
     @property
     def steps(self) -> int:
         return self.stats.steps
+
+    def snapshot(self) -> EngineSnapshot:
+        """Read on the engine thread (between steps) or by an observer that tolerates a torn read."""
+        waiting = self.scheduler.waiting
+        stats = self.stats
+        return EngineSnapshot(
+            running=len(self.scheduler.running),
+            waiting=sum(1 for s in waiting if s.num_preemptions == 0),
+            swapped=sum(1 for s in waiting if s.num_preemptions > 0),
+            pages_used=self.pool.num_used(), pages_free=self.pool.num_available(),
+            mask_seconds=self.masks.seconds, drafted_tokens=stats.drafted_tokens,
+            accepted_tokens=stats.accepted_tokens, verify_calls=stats.verify_calls,
+            connector=dict(self.kv.connector_stats))
 
     def context_limit(self, request: GenerateRequest) -> int:
         limit = self.max_len
@@ -574,7 +587,6 @@ class Engine:
         allowed = self._allowed(constrained, masks)
         if constrained and id(seq) not in allowed:
             raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
-        self.stats.prefill_calls += 1
         seq.num_computed += n
         self.kv.commit_full_pages(seq)
         if samples:

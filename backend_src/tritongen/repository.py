@@ -28,13 +28,3 @@ def onnx_path(folder: Path) -> Path:
         if candidate.is_file():
             return candidate
     raise FileNotFoundError(f"{folder.name}: no version folder holds {filename} (run `make models`)")
-
-
-def model_input_names(folder: Path) -> set[str]:
-    """Input names from config.pbtxt when it lists them, else from the ONNX graph."""
-    names = {i.name for i in read_config(folder).input}
-    if names:
-        return names
-    import onnx
-
-    return {i.name for i in onnx.load(str(onnx_path(folder)), load_external_data=False).graph.input}

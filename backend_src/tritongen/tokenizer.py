@@ -100,9 +100,6 @@ class TextTokenizer:
             messages = with_tools_in_text(messages, tools)  # transformers would drop them: the model never sees them
         return self.chat.render(messages, add_generation_prompt=True, **kwargs)
 
-    def encode_chat(self, messages: list[dict], **kwargs) -> list[int]:
-        return self.encode(self.render_chat(messages, **kwargs), add_bos=False)
-
 
 class IncrementalDetokenizer:
     """A growing id list as text pieces, without lost spaces or split UTF-8: tokenizers' own DecodeStream,

@@ -88,20 +88,14 @@ class GeneratorMetrics:
         """Called on the engine thread after each step (and, forced, as each request ends): snapshot the
         gauges a few times a second; the step that leaves the engine idle always reports."""
         now = time.monotonic()
-        if not force and now - self._last_gauges < 0.2 and engine.scheduler.has_work():
+        snap = engine.snapshot()
+        if not force and now - self._last_gauges < 0.2 and snap.busy:
             return
         self._last_gauges = now
-        sched = engine.scheduler
-        gauges = {
-            "running": len(sched.running),
-            "waiting": sum(1 for s in sched.waiting if s.num_preemptions == 0),
-            "swapped": sum(1 for s in sched.waiting if s.num_preemptions > 0),
-            "pages_used": engine.pool.num_used(),
-            "pages_free": engine.pool.num_available(),
-        }
-        totals = {"masks": engine.masks.seconds, "drafted": engine.stats.drafted_tokens,
-                  "accepted": engine.stats.accepted_tokens, "verify": engine.stats.verify_calls,
-                  **engine.kv.connector_stats}
+        gauges = {"running": snap.running, "waiting": snap.waiting, "swapped": snap.swapped,
+                  "pages_used": snap.pages_used, "pages_free": snap.pages_free}
+        totals = {"masks": snap.mask_seconds, "drafted": snap.drafted_tokens, "accepted": snap.accepted_tokens,
+                  "verify": snap.verify_calls, **snap.connector}
         self._run(partial(self._publish, gauges, totals))
 
     def _publish(self, gauges: dict, totals: dict) -> None:

@@ -207,6 +207,13 @@ class LocalTieredConnector(KvCacheConnector):
                 self.cpu.add(key.digest, _Entry(entry.size, entry.priority, entry.header, payload))
         return FetchedKv(key, kv, tier, elapsed)
 
+    def prefetch(self, key: KvCacheKey) -> None:
+        """Bring a disk chunk into the CPU tier now, so the fetch that follows is a memory read."""
+        with self._lock:
+            on_disk_only = key.digest not in self.cpu.entries and self.disk is not None and key.digest in self.disk.entries
+        if on_disk_only:
+            self.fetch(key)  # a disk fetch promotes; a corrupt file is dropped as on any fetch
+
     def pin(self, key: KvCacheKey) -> None:
         self._set_pinned(key, True)
 
@@ -225,7 +232,7 @@ class LocalTieredConnector(KvCacheConnector):
         return self._writer.is_alive() and (self.disk is None or os.access(self.config.disk_path, os.W_OK))
 
     def capabilities(self) -> ConnectorCapabilities:
-        return ConnectorCapabilities(pinnable=True, compression=list(COMPRESSIONS))
+        return ConnectorCapabilities(prefetch=self.disk is not None, pinnable=True, compression=list(COMPRESSIONS))
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until queued stores are written (tests, shutdown)."""

@@ -58,7 +58,6 @@ class KvManager:
         self.slots = slots
         self.link = link
         self.sessions: OrderedDict[str, SessionPin] = OrderedDict()
-        self.prefix_hit_tokens = 0
         self.connector_stats = {"hit_cpu": 0, "hit_disk": 0, "miss": 0, "fetched_bytes": 0,
                                 "decided_fetch": 0, "decided_recompute": 0, "fetch_failed": 0, "stored_chunks": 0}
 
@@ -138,7 +137,6 @@ class KvManager:
         seq.num_computed = reused
         if seq.num_preemptions == 0:
             seq.prefix_hit_len = reused
-        self.prefix_hit_tokens += reused
         return True
 
     def _keys(self, seq: Sequence) -> list:

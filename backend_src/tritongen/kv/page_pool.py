@@ -96,16 +96,3 @@ class PagePool:
         """The prefix cache dropped this page: if nobody references it, it is plain free space."""
         if self._cached_idle.pop(page, "absent") is None:
             self._free.append(page)
-
-    def writable(self, page: int) -> int | None:
-        """Copy-on-write: a page shared with others is copied before it is written."""
-        if self.refcount[page] == 1:
-            return page
-        copy = self.allocate()
-        if copy is None:
-            return None
-        self.data[copy] = self.data[page]
-        if self.scales is not None:
-            self.scales[copy] = self.scales[page]
-        self.refcount[page] -= 1
-        return copy

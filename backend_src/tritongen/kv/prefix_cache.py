@@ -27,7 +27,6 @@ class PrefixCache:
         self.root = Node(-1, (), None)
         self._by_page: dict[int, Node] = {}
         pool.on_reuse = self._drop_page
-        self.hit_tokens = 0
 
     def __contains__(self, page: int) -> bool:
         return page in self._by_page
