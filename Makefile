@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup models foreign-models serve serve-openai demo test lint clean bench soak
+.PHONY: setup models foreign-models serve serve-openai demo test test-fast lint clean bench soak
 
 setup: $(SETUP_STAMP)
 
@@ -32,6 +32,10 @@ demo: models
 
 test: setup foreign-models
 	$(PY) -m pytest -q
+
+# The engine-only suite: no tritonserver, no slow tests (a minute or two).
+test-fast: setup foreign-models
+	$(PY) -m pytest -q -m "not server and not slow"
 
 bench: models foreign-models
 	bench/setup.sh

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
 from report import NEAR_TIE, save_figure
+
 
 # What runs, in order within a level. kind: how the worker is driven. model: the ONNX layout it runs.
 #   tiled   -> run_tiled(text, ids, n, batch): one prompt, prefilled once, KV repeated into every row

@@ -28,8 +28,8 @@ import statistics
 import time
 from pathlib import Path
 
-from tritongen.engine import Engine
-from tritongen.options import GenerateConstraint, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import GenerateConstraint, GenerateOptions, GenerateRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = 4

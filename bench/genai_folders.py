@@ -34,8 +34,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from prompts import PROMPTS  # noqa: E402
+
+from tritongen.runtime.tokenizer import TextTokenizer  # noqa: E402
 from tritongen.serve import TritonServer, folder_repository  # noqa: E402
-from tritongen.tokenizer import TextTokenizer  # noqa: E402
 
 FOLDERS = ("smollm2-genai-int4", "smollm2-genai-fp32")
 STREAMS = 16

@@ -26,11 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from alternating import alternate  # noqa: E402
 from prompts import PROMPTS  # noqa: E402
-from tritongen.engine import Engine  # noqa: E402
-from tritongen.kv_slots import SlotDecoder  # noqa: E402
+
+from tritongen.engine.engine import Engine  # noqa: E402
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest  # noqa: E402
 from tritongen.model_build.int4 import quantize_int4  # noqa: E402
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest  # noqa: E402
-from tritongen.tokenizer import TextTokenizer  # noqa: E402
+from tritongen.runtime.kv_slots import SlotDecoder  # noqa: E402
+from tritongen.runtime.tokenizer import TextTokenizer  # noqa: E402
 
 FP32 = ROOT / "model_repository" / "target_gqa"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from tritongen.kv.codec import KV_DTYPES, codec
-from tritongen.kv_slots import SlotDecoder
-from tritongen.repository import onnx_path
-from tritongen.tokenizer import TextTokenizer
+from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.repository import onnx_path
+from tritongen.runtime.tokenizer import TextTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
+from variant_repository import variant_repository
 
 from tritongen.serve import TritonServer
-from variant_repository import variant_repository
 
 WORDS = "river stone market bridge lantern harbor orchard meadow tower garden".split()
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.engine import Engine
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the quick brown fox jumps over a lazy dog while seven wise owls watch from old oak trees".split()

@@ -13,13 +13,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 from concurrency import figures
 from prompts import long_prompts
 from systems import TritonGrpc
-from tritongen.serve import TritonServer
-from tritongen.tokenizer import TextTokenizer
 from variant_repository import ROOT, variant_repository
+
+from tritongen.runtime.tokenizer import TextTokenizer
+from tritongen.serve import TritonServer
 
 LENGTH, NEW_TOKENS = 448, 96
 

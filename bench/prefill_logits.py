@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-
 from alternating import alternate, compare
-from tritongen.kv_slots import SlotDecoder
-from tritongen.repository import onnx_path
+
+from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.repository import onnx_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

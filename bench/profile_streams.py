@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if not PY_SPY.is_file():
         print(f"{PY_SPY} missing: bench/setup.sh installs the bench extra (py-spy)", file=sys.stderr)
         return 1
+    from tritongen.runtime.tokenizer import TextTokenizer
     from tritongen.serve import TritonServer
-    from tritongen.tokenizer import TextTokenizer
 
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = TextTokenizer(args.model_repository / "target")

@@ -16,7 +16,6 @@ import argparse
 import os
 
 import numpy as np
-
 from alternating import alternate, compare
 from real_kv import prefilled_decoder
 

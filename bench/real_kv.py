@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from prompts import long_prompts
-from tritongen.cpu_threads import pin_calling_thread
-from tritongen.kv_slots import SlotDecoder
-from tritongen.repository import onnx_path
-from tritongen.tokenizer import TextTokenizer
+
+from tritongen.runtime.cpu_threads import pin_calling_thread
+from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.repository import onnx_path
+from tritongen.runtime.tokenizer import TextTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(HERE))
 import clients  # noqa: E402
 import concurrency  # noqa: E402
 import genai_folders  # noqa: E402
-import peers  # noqa: E402
 import numpy as np  # noqa: E402
+import peers  # noqa: E402
 import report  # noqa: E402
 from prompts import PROMPTS, WARMUP  # noqa: E402
 from worker import Worker  # noqa: E402
@@ -135,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "raw").mkdir(exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
 
+    from tritongen.runtime.tokenizer import TextTokenizer
     from tritongen.serve import TritonServer
-    from tritongen.tokenizer import TextTokenizer
 
     target = args.model_repository / "target"
     onnx_file = target / "1" / "model.onnx"

@@ -17,13 +17,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 from concurrency import figures
 from prompts import long_prompts
-from tritongen.serve import TritonServer
-from tritongen.tokenizer import TextTokenizer
 from variant_repository import variant_repository
 from worker import Worker
+
+from tritongen.runtime.tokenizer import TextTokenizer
+from tritongen.serve import TritonServer
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAMS, LENGTH, NEW_TOKENS = 16, 448, 96  # make bench's 16-stream level

@@ -15,8 +15,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from tritongen.engine import Engine
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 from tritongen.speculative.head_config import load_head
 from tritongen.speculative.modes import SpeculativeMode
 

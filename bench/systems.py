@@ -45,7 +45,8 @@ class RawLoop:
 
     def __init__(self, model_path: str, batch: int = 1, **_):
         import onnxruntime as ort
-        from tritongen.cpu_threads import pin_calling_thread, session_options
+
+        from tritongen.runtime.cpu_threads import pin_calling_thread, session_options
 
         options = session_options(_threads(), pin=True)
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -134,8 +135,8 @@ class RawGqaLoop:
     pinned as the engine's are (pin_threads)."""
 
     def __init__(self, model_path: str, max_slots: int = 16, max_len: int = 2048, **_):
-        from tritongen.cpu_threads import pin_calling_thread
-        from tritongen.kv_slots import SlotDecoder
+        from tritongen.runtime.cpu_threads import pin_calling_thread
+        from tritongen.runtime.kv_slots import SlotDecoder
 
         self.decoder = SlotDecoder(Path(model_path), max_slots, max_len, _threads(), pin_threads=True)
         pin_calling_thread()
@@ -183,24 +184,24 @@ class EngineInProcess:
     Tokens come from Engine.stream(), handed over from the engine thread."""
 
     def __init__(self, model_repository: str, target: str | None = None, **_):
-        from tritongen.engine import Engine
-        from tritongen.generator_settings import parse_settings
-
         import inspect
 
+        from tritongen.engine.engine import Engine
+        from tritongen.triton.generator_settings import parse_settings
+
         params, repository = generator_parameters(model_repository), Path(model_repository)
-        # As triton_model.initialize() does it (newer parse_settings also takes the repository).
+        # As the Triton model's initialize() does it (newer parse_settings also takes the repository).
         takes_repository = len(inspect.signature(parse_settings).parameters) > 1
         settings = parse_settings(params, repository) if takes_repository else parse_settings(params)
         if target is None:
             self.engine = Engine(repository / settings.target_model, settings.engine)
         else:  # another model folder: the default EngineConfig (the served one may name GQA-only heads)
-            from tritongen.options import EngineConfig
+            from tritongen.engine.options import EngineConfig
 
             self.engine = Engine(repository / target, EngineConfig())
 
     def run(self, text: str, ids: list[int], n: int) -> dict:
-        from tritongen.options import GenerateOptions, GenerateRequest
+        from tritongen.engine.options import GenerateOptions, GenerateRequest
 
         request = GenerateRequest(list(ids), GenerateOptions(max_new_tokens=n, stop_on_eos=False, greedy=True))
         tokens, times = [], []
@@ -213,7 +214,7 @@ class EngineInProcess:
     def run_streams(self, items: list[tuple[str, list[int]]], n: int, offsets: list[float] | None = None) -> dict:
         """Every prompt as its own request, submitted together (or at `offsets` seconds from the start); a
         token's time is when the engine hands it to the request's callback."""
-        from tritongen.options import GenerateOptions, GenerateRequest
+        from tritongen.engine.options import GenerateOptions, GenerateRequest
 
         count = len(items)
         tokens = [[] for _ in range(count)]

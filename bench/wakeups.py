@@ -20,7 +20,6 @@ import subprocess
 import sys
 
 import numpy as np
-
 from alternating import alternate, compare
 from real_kv import prefilled_decoder
 

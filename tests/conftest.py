@@ -58,7 +58,7 @@ def tiny_concat_folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def smollm2(target_gqa_folder):
     """The engine as served, on SmolLM2, shared by a test module."""
-    from tritongen.engine import Engine
+    from tritongen.engine.engine import Engine
 
     engine = Engine(target_gqa_folder)
     yield engine
@@ -68,10 +68,43 @@ def smollm2(target_gqa_folder):
 @pytest.fixture
 def tiny(tiny_folder):
     """A fresh engine on the tiny model for each test."""
-    from tritongen.engine import Engine
+    from tritongen.engine.engine import Engine
 
     engine = Engine(tiny_folder)
     yield engine
     engine.close()
 
 
+
+
+@pytest.fixture(scope="session")
+def generator_server(target_folder, target_gqa_folder, tmp_path_factory):
+    """The repository as `make models` writes it, served once for every module that only sends it requests."""
+    from tritongen.serve import TritonServer
+
+    log = tmp_path_factory.mktemp("triton") / "server.log"
+    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
+        yield srv
+
+
+_running: dict[str, pytest.Item | None] = {"item": None}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _running["item"] = item
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A test that starts tritonserver must carry the `server` marker, so `-m "not server"` (make test-fast)
+    really runs without one: starting a server from an unmarked test fails it."""
+    from tritongen.serve import TritonServer
+
+    original = TritonServer.start
+
+    def start(self, *args, **kwargs):
+        item = _running["item"]
+        if item is not None and item.get_closest_marker("server") is None:
+            raise AssertionError(f"{item.nodeid} starts tritonserver but is not marked `server`")
+        return original(self, *args, **kwargs)
+
+    TritonServer.start = start

@@ -28,7 +28,7 @@ from typing import Optional
 import jsonschema
 import lark
 
-from tritongen.options import GenerateConstraint
+from tritongen.engine.options import GenerateConstraint
 
 MAX_TOKENS = 160  # room enough for every case to finish on its own
 TEMPERATURES_AND_SEEDS = [(0.0, None), (0.8, 1), (0.8, 2), (0.8, 3)]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tritongen.model_runner import DecoderRunner
-from tritongen.repository import onnx_path
+from tritongen.runtime.decoder_runner import DecoderRunner
+from tritongen.runtime.repository import onnx_path
 
 ROWS = [(0, 5), (7, 1), (3, 4), (11, 2)]  # (past length, new tokens) per row
 
@@ -54,7 +54,7 @@ def batched(runner: DecoderRunner, rows, pasts, side: str):
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_padded_batch_rows_match_single_runs(model, side, tiny_concat_folder, request):
     folder = tiny_concat_folder if model == "tiny" else request.getfixturevalue("target_folder")
     runner = DecoderRunner(onnx_path(folder))

@@ -6,9 +6,18 @@ import queue
 
 import pytest
 
-from tritongen.engine import Engine
-from tritongen.options import (EngineConfig, FinishReason, GenerateOptions, GenerateRequest,
-                               PrioritizedGenerateRequest, Priority, ScheduledGenerateArrival, SchedulerConfig)
+from tritongen.engine.engine import Engine
+from tritongen.engine.harness import decode_groups, generate_scheduled
+from tritongen.engine.options import (
+    EngineConfig,
+    FinishReason,
+    GenerateOptions,
+    GenerateRequest,
+    PrioritizedGenerateRequest,
+    Priority,
+    ScheduledGenerateArrival,
+    SchedulerConfig,
+)
 
 NEAR_TIE = 1e-4
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wise owls watch from old oak trees "
@@ -49,13 +58,13 @@ def run_concurrently(engine: Engine, requests: list[GenerateRequest], **submit_k
     return results, handles
 
 
-@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_sixteen_concurrent_greedy_requests_match_solo_runs(model, request):
     engine = request.getfixturevalue(model)
     requests = [GenerateRequest(prompt(i, 3 + 2 * i), greedy(12)) for i in range(16)]
     results, handles = run_concurrently(engine, requests)
     ids = {h.request_id for h in handles}
-    together = max(len(ids.intersection(step)) for step in engine.stats.decode_log)
+    together = max(len(ids.intersection(step)) for step in decode_groups(engine))
     print(f"{model}: at most {together} of 16 requests decoded in one step")
     assert together >= 8
     for i, (req, res) in enumerate(zip(requests, results)):
@@ -71,6 +80,7 @@ def test_seeded_sampling_is_independent_of_the_batch(tiny):
     assert results[3].token_ids == alone
 
 
+@pytest.mark.slow
 def test_prefix_reuse_reports_hit_and_keeps_output(smollm2, target_gqa_folder):
     shared = prompt(0, 1000)  # a thousand tokens
     first = smollm2.generate(GenerateRequest(shared + " Summary:", greedy(8)))
@@ -89,8 +99,8 @@ def test_prefix_reuse_reports_hit_and_keeps_output(smollm2, target_gqa_folder):
 
 def test_session_second_turn_prefills_only_new_tokens(tiny):
     turn1 = tiny.generate(GenerateRequest("Hello world, tell me", greedy(6)), session_id="s1")
-    context = tiny.tokenize_prompt(GenerateRequest("Hello world, tell me")) + turn1.token_ids
-    follow = context + tiny.tokenize_prompt(GenerateRequest(" more please"))
+    context = tiny.prepare(GenerateRequest("Hello world, tell me")).prompt_ids + turn1.token_ids
+    follow = context + tiny.prepare(GenerateRequest(" more please")).prompt_ids
     turn2 = tiny.generate(GenerateRequest(follow, greedy(6)), session_id="s1", end_session=True)
     # Everything but the last generated token (never fed to the model) was kept.
     assert turn2.prefix_cache_hit_len == len(context) - 1
@@ -130,7 +140,7 @@ def test_high_priority_arrival_gets_first_token_within_two_steps(tiny_folder):
         seen = {}
         engine.on_step = lambda e: seen.update({s.request_id: (s.first_token_step, s.arrival_step)
                                                 for s in e.scheduler.running if s.priority == Priority.HIGH})
-        results = engine.generate_scheduled(arrivals)
+        results = generate_scheduled(engine, arrivals)
         (first_step, arrival_step), = seen.values()
         assert first_step - arrival_step <= 2
         assert engine.stats.preemptions >= 1

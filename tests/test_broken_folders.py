@@ -10,9 +10,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig
+
 from conftest import ROOT
-from tritongen.engine import Engine
-from tritongen.options import EngineConfig
 
 TINY_GENAI = ROOT / "foreign_models" / "tiny-genai-fp32"
 TINY_OPTIMUM = ROOT / "foreign_models" / "tiny-optimum-fp32"

@@ -33,11 +33,29 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from test_bad_input import (NO_HEADS, cancelled_counts, generate, grpc_request, is_final, rss_kib, scrape,
-                            shm_bytes, small_repository, start_server, stop_server, stub_pid, tensor, text, wait_idle)
-from tritongen.engine import Engine
-from tritongen.options import GenerateConstraint, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import GenerateConstraint, GenerateOptions, GenerateRequest
 from tritongen.speculative.modes import SpeculativeMode
+
+from triton_helpers import (
+    NO_HEADS,
+    cancelled_counts,
+    generate,
+    grpc_request,
+    is_final,
+    read_events,
+    rss_kib,
+    scrape,
+    shm_bytes,
+    small_repository,
+    sse_socket,
+    start_server,
+    stop_server,
+    stub_pid,
+    tensor,
+    text,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.server
 PAGES = 256
@@ -79,23 +97,6 @@ class GrpcStream:
         got = [self.events.get(timeout=timeout) for _ in range(n)]
         assert all(e is None for _, e in got), got
         return got
-
-
-def sse_socket(server, body: dict, path="/v2/models/generator/generate_stream") -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=60)
-    data = json.dumps(body).encode()
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n" % (path.encode(), len(data)) + data)
-    return sock
-
-
-def read_events(sock: socket.socket, n: int) -> bytes:
-    got = b""
-    while got.count(b"data:") < n:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed after {got!r}"
-        got += chunk
-    return got
 
 
 CHILD = """
@@ -302,7 +303,7 @@ def cancel_midway(engine, request: GenerateRequest, **kwargs) -> weakref.ref:
     stream = engine.stream(request, **kwargs)
     next(stream)
     with engine._wake:
-        (seq,) = [s for s in engine._live.values() if s.prompt_ids == engine.tokenize_prompt(request)]
+        (seq,) = [s for s in engine._live.values() if s.prompt_ids == engine.prepare(request).prompt_ids]
         ref = weakref.ref(seq)
         del seq
     stream.close()  # closing the iterator cancels the request

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.chat_template import ChatTemplate
+from tritongen.runtime.chat_template import ChatTemplate
 
 HERE = Path(__file__).parent / "fixtures" / "chat_templates"
 SPEC = json.loads((HERE / "cases.json").read_text(encoding="utf-8"))

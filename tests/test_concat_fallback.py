@@ -6,9 +6,9 @@ import queue
 
 import pytest
 
-from tritongen.engine import Engine
-from tritongen.kv_concat import ConcatSlotDecoder
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
+from tritongen.runtime.kv_concat import ConcatSlotDecoder
 
 PROMPTS = ["Hello world", "def add(a, b):", "The capital of France", "0123456789 abc", "Once upon a time there"]
 

@@ -19,10 +19,12 @@ import threading
 import numpy as np
 import pytest
 
+from tritongen.engine.engine import Engine
+from tritongen.engine.harness import decode_groups
+from tritongen.engine.options import FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest
+from tritongen.triton.request_inputs import RequestError, parse_request
+
 from constraint_suite import SUITE, Case, judge
-from tritongen.engine import Engine
-from tritongen.options import FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest
-from tritongen.request_inputs import RequestError, parse_request
 
 DIGITS = "[0-9]{2,4}"
 
@@ -174,7 +176,7 @@ def test_constrained_and_unconstrained_share_a_batch(tiny):
     by_index = {order[k]: (results[k], ids[k]) for k in range(len(order))}
     plain_ids = {by_index[i][1] for i in range(6)}
     constrained_ids = {by_index[i][1] for i in range(6, 12)}
-    assert any(plain_ids & set(step) and constrained_ids & set(step) for step in tiny.stats.decode_log)
+    assert any(plain_ids & set(step) and constrained_ids & set(step) for step in decode_groups(tiny))
     for i in range(6):  # unconstrained rows: exactly what they produce without the constrained ones beside them
         assert by_index[i][0].token_ids == alone[i], f"unconstrained request {i} changed"
     for k in range(6):
@@ -228,7 +230,7 @@ def test_suite_is_large_and_compiles(tiny):
 
 
 def test_min_length_does_not_pad_a_complete_constraint_with_eos(tiny):
-    from tritongen.options import GenerateConstraint, GenerateOptions, GenerateRequest
+    from tritongen.engine.options import GenerateConstraint, GenerateOptions, GenerateRequest
 
     options = GenerateOptions(max_new_tokens=20, min_length=10, constraint=GenerateConstraint.choice(["yes", "no"]))
     result = tiny.generate(GenerateRequest("Answer:", options))
@@ -238,7 +240,7 @@ def test_min_length_does_not_pad_a_complete_constraint_with_eos(tiny):
 
 def test_grammars_compile_within_llguidance_limits(tiny, monkeypatch):
     """The limits reach llguidance: shrink one and a grammar over it is a compile error, not a slow compile."""
-    import tritongen.constraints as constraints
+    import tritongen.engine.constraints as constraints
 
     grammar = GenerateConstraint("lark", "start: " + " | ".join(f'"w{i}"' for i in range(100)))
     tiny.constraint_compiler().compile(grammar)  # fine within the shipped limits

@@ -22,28 +22,17 @@ import urllib.request
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import np_to_triton_dtype
 
-from conftest import REPOSITORY
 from constraint_suite import MAX_TOKENS, SUITE, Case, judge, report, suite_runs
-from tritongen.serve import TritonServer
+from triton_helpers import tensor
 
 pytestmark = pytest.mark.server
 IN_FLIGHT = 16
 
 
 @pytest.fixture(scope="module")
-def server(target_folder, tmp_path_factory):
-    log = tmp_path_factory.mktemp("triton") / "server.log"
-    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
-        yield srv
-
-
-def tensor(name, value):
-    value = np.asarray(value)
-    t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
-    t.set_data_from_numpy(value)
-    return t
+def server(generator_server):
+    return generator_server
 
 
 def text_tensor(name: str, text: str):

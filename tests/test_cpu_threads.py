@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from tritongen.cpu_threads import pin_calling_thread, session_options
-from tritongen.engine import Engine
-from tritongen.generator_settings import parse_settings
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
+from tritongen.runtime.cpu_threads import pin_calling_thread, session_options
+from tritongen.triton.generator_settings import parse_settings
 
 CPUS = sorted(os.sched_getaffinity(0))
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.tokenizer import IncrementalDetokenizer, TextTokenizer
+from tritongen.runtime.tokenizer import IncrementalDetokenizer, TextTokenizer
 
 FOLDER = Path(__file__).resolve().parents[1] / "model_repository" / "target"
 
@@ -78,7 +78,7 @@ def test_special_tokens_add_no_text(tok):
 
 
 def test_tokenizer_settings(tok, target_folder):
-    from tritongen.model_folder import locate
+    from tritongen.runtime.model_folder import locate
 
     assert tok.eos_token_ids == (2,) and not tok.add_bos and locate(target_folder).context_length == 8192
     assert tok.vocab_size >= 49152

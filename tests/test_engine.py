@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from tritongen.engine import Engine, EngineOverloaded, EngineStopped
-from tritongen.options import FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine, EngineOverloaded, EngineStopped
+from tritongen.engine.harness import kill_engine_thread
+from tritongen.engine.options import FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest
 
 DIGITS = GenerateConstraint("regex", "[0-9]{1,8}")
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -71,7 +72,7 @@ def test_callback_error_fails_only_its_request(tiny):
 
 
 def test_max_context_ends_with_length(tiny):
-    prompt_ids = tiny.tokenize_prompt(GenerateRequest("Hello world"))
+    prompt_ids = tiny.prepare(GenerateRequest("Hello world")).prompt_ids
     options = GenerateOptions(max_new_tokens=50, max_context=len(prompt_ids) + 5, stop_on_eos=False)
     result = tiny.generate(GenerateRequest("Hello world", options))
     assert result.finish_reason == FinishReason.LENGTH
@@ -133,7 +134,7 @@ def test_every_submit_racing_engine_death_raises_or_is_answered(tiny_folder):
             t.start()
         while len(accepted) < 20 * (attempt + 1):
             time.sleep(0.001)
-        engine.inject_fault()
+        kill_engine_thread(engine)
         for t in threads:
             t.join(timeout=30)
         assert len(refused) == 4, f"attempt {attempt}: a client was never refused"

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import REPOSITORY
 from tritongen.serve import TritonServer
+
+from conftest import REPOSITORY
 
 pytestmark = pytest.mark.server
 

@@ -7,7 +7,6 @@ preemption under a small pool, a session's second turn, the KV connector, prompt
 
 from __future__ import annotations
 
-import hashlib
 import json
 import queue
 import shutil
@@ -15,13 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from tritongen.engine import Engine
-from tritongen.kv.connector_config import KvConnectorConfig
-from tritongen.kv.local_tiered import LocalTieredConfig
-from tritongen.options import (EngineConfig, FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest,
-                               SchedulerConfig)
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import (
+    EngineConfig,
+    FinishReason,
+    GenerateConstraint,
+    GenerateOptions,
+    GenerateRequest,
+    SchedulerConfig,
+)
+from tritongen.kv.connector_config import KvConnectorConfig, LocalTieredConfig
 from tritongen.speculative.modes import SpeculativeMode
+
+from conftest import ROOT
+from triton_helpers import tree_digest
 
 FOREIGN = ROOT / "foreign_models"
 TINY = ["tiny-genai-fp32", "tiny-genai-int4", "tiny-optimum-fp32", "tiny-optimum-fp16"]
@@ -52,11 +58,6 @@ def run_all(engine: Engine, requests: list[GenerateRequest]) -> list:
         assert err is None, err
         out[i] = res
     return out
-
-
-def tree_digest(root: Path) -> list[tuple[str, str]]:
-    return sorted((str(p.relative_to(root)), hashlib.sha256(p.read_bytes()).hexdigest())
-                  for p in root.rglob("*") if p.is_file())
 
 
 @pytest.fixture(scope="module", params=TINY)
@@ -99,7 +100,7 @@ def test_prefix_reuse_keeps_the_output(foreign):
 
 def test_session_second_turn_prefills_only_new_tokens(foreign):
     turn1 = foreign.generate(GenerateRequest("hello world tell me", greedy(5)), session_id="s")
-    context = foreign.tokenize_prompt(GenerateRequest("hello world tell me")) + turn1.token_ids
+    context = foreign.prepare(GenerateRequest("hello world tell me")).prompt_ids + turn1.token_ids
     follow = context + foreign.tokenizer.encode(" more please", add_bos=False)
     turn2 = foreign.generate(GenerateRequest(follow, greedy(5)), session_id="s", end_session=True)
     assert turn2.prefix_cache_hit_len == len(context) - 1

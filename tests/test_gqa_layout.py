@@ -12,12 +12,12 @@ import queue
 import numpy as np
 import pytest
 
-from tritongen.engine import Engine
-from tritongen.kv_slots import SlotDecoder
-from tritongen.model_runner import DecoderRunner
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
-from tritongen.repository import onnx_path
-from tritongen.tokenizer import TextTokenizer
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
+from tritongen.runtime.decoder_runner import DecoderRunner
+from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.repository import onnx_path
+from tritongen.runtime.tokenizer import TextTokenizer
 
 TEXTS = ["The capital of France is Paris, and the capital of Italy is",
          "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
@@ -36,7 +36,7 @@ def concat_reference(runner: DecoderRunner, ids: list[int], extra: list[int]):
     return logits[0], steps
 
 
-@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_gqa_slots_match_concat_model(model, request, tiny_folder, tiny_concat_folder):
     if model == "tiny":
         gqa_folder, concat_folder = tiny_folder, tiny_concat_folder

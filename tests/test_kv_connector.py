@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.engine import Engine
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 from tritongen.kv.connector import chunk_keys
-from tritongen.kv.connector_config import KvConnectorConfig
-from tritongen.kv.local_tiered import LocalTieredConfig
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest
+from tritongen.kv.connector_config import KvConnectorConfig, LocalTieredConfig
 
 CHUNK = 32
 # The tiny model prefills a chunk in about the time a disk read of it is estimated to take, so the measured
@@ -87,7 +86,7 @@ def test_corrupt_or_truncated_disk_chunks_are_dropped_and_recomputed(tiny_folder
     try:
         e.generate(greedy(text(2)))
         e.connector.flush()
-        ids = e.tokenize_prompt(greedy(text(2)))
+        ids = e.prepare(greedy(text(2))).prompt_ids
         keys = chunk_keys(e.kv.link.model_id, e.decoder.shape.num_layers, ids, CHUNK)
     finally:
         e.close()
@@ -203,10 +202,9 @@ WRITER = """
 import sys
 import json
 from pathlib import Path
-from tritongen.engine import Engine
-from tritongen.kv.connector_config import KvConnectorConfig
-from tritongen.kv.local_tiered import LocalTieredConfig
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.kv.connector_config import KvConnectorConfig, LocalTieredConfig
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 folder, disk, first = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 connector = KvConnectorConfig("local_tiered", chunk_size=32, recompute_ms_per_token=1.0,
                               local_tiered=LocalTieredConfig(disk_path=disk))

@@ -21,9 +21,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPOSITORY
-from tritongen.lockdown import OPERATOR_HEADER, OPERATOR_KEY_ENV, operator_key, server_args
 from tritongen.serve import TritonServer
+from tritongen.triton.lockdown import OPERATOR_HEADER, OPERATOR_KEY_ENV, operator_key, server_args
+
+from conftest import REPOSITORY
 
 PAYLOAD = '''
 import json
@@ -86,6 +87,7 @@ def test_server_args_bind_loopback_and_guard_every_control_api():
     assert f"--http-restricted-api={guarded}" in args and f"--grpc-restricted-protocol={guarded}" in args
 
 
+@pytest.mark.server
 @pytest.mark.server
 def test_control_apis_refuse_clients_without_the_operator_header(target_gqa_folder, tmp_path, monkeypatch):
     monkeypatch.delenv(OPERATOR_KEY_ENV, raising=False)

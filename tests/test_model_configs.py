@@ -20,8 +20,9 @@ import onnx
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tritongen.runtime.repository import onnx_path, read_config
+
 from conftest import REPOSITORY
-from tritongen.repository import onnx_path, read_config
 
 FOLDERS = sorted(p for p in REPOSITORY.iterdir() if (p / "config.pbtxt").is_file())
 ONNX_TYPES = {onnx.TensorProto.FLOAT: mc.TYPE_FP32, onnx.TensorProto.FLOAT16: mc.TYPE_FP16,

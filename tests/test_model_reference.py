@@ -92,6 +92,7 @@ def session(target_folder):
     return ort.InferenceSession(str(target_folder / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
 
 
+@pytest.mark.slow
 def test_onnx_logits_match_independent_gguf_reference(session):
     reference = GgufLlama(smollm2_gguf()).logits(PROMPT_IDS)
     ours = run_onnx(session, PROMPT_IDS)["logits"][0]

@@ -23,12 +23,13 @@ import openai
 import pytest
 import tritonclient.grpc as grpcclient
 import uvicorn
-from tritonclient.utils import np_to_triton_dtype
+
+from tritongen.openai_api import create_app
+from tritongen.runtime.tokenizer import TextTokenizer
+from tritongen.serve import free_port
 
 from conftest import REPOSITORY
-from tritongen.openai_api import create_app
-from tritongen.serve import TritonServer, free_port
-from tritongen.tokenizer import TextTokenizer
+from triton_helpers import NO_HEADS, small_repository, start_server, stop_server, tensor
 
 pytestmark = pytest.mark.server
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -36,10 +37,8 @@ STORY = "Write a long story about a dragon."
 
 
 @pytest.fixture(scope="module")
-def triton(target_folder, tmp_path_factory):
-    log = tmp_path_factory.mktemp("triton") / "server.log"
-    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
-        yield srv
+def triton(generator_server):
+    return generator_server
 
 
 @contextmanager
@@ -73,11 +72,6 @@ def client(api):
 
 def generator_directly(triton, messages) -> tuple[str, int, int]:
     """The generator's own answer over Triton gRPC: (text, num_input_tokens, num_output_tokens)."""
-    def tensor(name, value):
-        t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
-        t.set_data_from_numpy(value)
-        return t
-
     events: queue.Queue = queue.Queue()
     c = grpcclient.InferenceServerClient(triton.url_grpc)
     c.start_stream(callback=lambda result, error: events.put((result, error)))
@@ -303,19 +297,16 @@ def test_fan_out_and_integer_ranges_are_checked_before_any_generation(client):
 @pytest.fixture(scope="module")
 def busy_triton(target_folder, tmp_path_factory):
     """One sequence at a time, one waiting: overload is easy to reach; fault injection to kill the engine."""
-    from test_bad_input import NO_HEADS, small_repository
-
     root = tmp_path_factory.mktemp("busy")
     repository = small_repository(root / "repo", max_num_seqs="1", max_queue_len="1", **NO_HEADS)
     env = dict(os.environ, TRITONGEN_FAULT_INJECTION="1")
     saved, os.environ = os.environ, env
     try:
-        server = TritonServer(repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
-                              log_file=root / "server.log").start()
+        server = start_server(repository, root / "server.log")
     finally:
         os.environ = saved
     yield server
-    server.stop()
+    stop_server(server)  # its engine was killed: the short exit timeout keeps the shutdown short
 
 
 def test_overload_is_429_with_retry_after_and_the_official_client_retries(busy_triton):

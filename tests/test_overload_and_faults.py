@@ -27,15 +27,31 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import REPOSITORY
-from test_bad_input import (NO_HEADS, cancelled_counts, generate, grpc_request, grpc_text, is_final, small_repository,
-                            start_server, stop_server, tensor, text, wait_idle)
-from test_cancellation import read_events, sse_socket
-from tritongen.engine import Engine
-from tritongen.options import GenerateConstraint, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import GenerateConstraint, GenerateOptions, GenerateRequest
 from tritongen.speculative.modes import SpeculativeMode
 from tritongen.speculative.prompt_lookup import PromptLookupProposer
 from tritongen.speculative.proposer import Proposal
+
+from conftest import REPOSITORY
+from triton_helpers import (
+    NO_HEADS,
+    cancelled_counts,
+    generate,
+    grpc_request,
+    grpc_text,
+    is_final,
+    read_events,
+    small_repository,
+    sse_socket,
+    start_server,
+    stop_server,
+    tensor,
+    text,
+    wait_idle,
+)
+
+pytestmark = pytest.mark.server
 
 SEQS, PAGES, QUEUE, PAGE = 4, 20, 2, 16
 # 41-71-token prompts + 40 new tokens: 6-7 pages each, so 4 running sequences need more than 20 pages and

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from tritongen.engine import Engine
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
 
 PREFIX_A = [10 + i % 50 for i in range(48)]
 PREFIX_B = [70 + i % 50 for i in range(48)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from test_bad_input import rss_kib
+from triton_helpers import rss_kib
 
 # A fresh interpreter: a long-lived one may hand the pool memory that earlier work left resident.
 CHILD = """

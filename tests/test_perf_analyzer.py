@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tritongen.runtime.repository import read_config
+
 from conftest import REPOSITORY, ROOT
-from tritongen.repository import read_config
-from tritongen.serve import TritonServer
 
 pytestmark = pytest.mark.server
 INPUT_DATA = ROOT / "bench" / "perf_analyzer_input.json"
@@ -36,18 +36,15 @@ def perf_analyzer_env() -> dict:
     return env
 
 
-def test_perf_analyzer_streams_several_responses_per_request(target_folder, tmp_path):
+def test_perf_analyzer_streams_several_responses_per_request(generator_server, tmp_path):
     binary = Path(sys.prefix) / "bin" / "perf_analyzer"
     assert binary.is_file(), "perf_analyzer missing: tritonclient[all] installs it (`make setup`)"
     data = json.loads(INPUT_DATA.read_text())["data"][0]
     max_tokens = data["max_tokens"][0]
     export = tmp_path / "export.json"
-    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
-                      log_file=tmp_path / "server.log") as server:
-        cmd = [str(binary), "-m", "generator", "-u", server.url_grpc, "-i", "grpc", "--streaming",
-               "--input-data", str(INPUT_DATA), "--request-count", str(REQUESTS),
-               "--profile-export-file", str(export)]
-        run = subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=120)
+    cmd = [str(binary), "-m", "generator", "-u", generator_server.url_grpc, "-i", "grpc", "--streaming",
+           "--input-data", str(INPUT_DATA), "--request-count", str(REQUESTS), "--profile-export-file", str(export)]
+    run = subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=120)
     output = f"perf_analyzer ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     assert run.returncode == 0, output
     assert "Response Throughput" in run.stdout

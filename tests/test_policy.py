@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from tritongen.engine import Engine
-from tritongen.generator_settings import parse_settings
-from tritongen.options import EngineConfig, GenerateOptions, GenerateRequest, Priority, SchedulerConfig
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest, Priority, SchedulerConfig
 from tritongen.speculative.modes import SpeculativeMode
+from tritongen.triton.generator_settings import parse_settings
 
 
 def options(n: int, **kw) -> GenerateOptions:

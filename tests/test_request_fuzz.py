@@ -23,13 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import model_config_pb2
 
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import GenerateRequest
+from tritongen.runtime.repository import read_config
+from tritongen.triton.request_inputs import _SAMPLING_KEYS, RequestError, parse_request
+from tritongen.triton.request_limits import RequestLimits
+
 from conftest import REPOSITORY
-from tritongen.engine import Engine
-from tritongen.options import GenerateRequest
-from tritongen.repository import read_config
-from tritongen.request_inputs import _SAMPLING_KEYS, RequestError, parse_request
-from tritongen.request_limits import RequestLimits
-from tritongen.serve import TritonServer
 
 INPUTS = {i.name: model_config_pb2.DataType.Name(i.data_type) for i in read_config(REPOSITORY / "generator").input}
 # Every name an error may use for the field at fault: inputs, sampling keys, and the in-process option names.
@@ -72,7 +72,7 @@ STRINGS = st.one_of(TEXT.map(lambda t: t.encode("utf-8", "surrogatepass")), RAW_
                     st.sampled_from([b"\xff\xfe", b"x" * (2 << 20), b"\x00"]))
 
 
-def tensor(name: str, kind: str):
+def input_values(name: str, kind: str):
     """A value for one input: mostly its own type and shape, sometimes the wrong size."""
     size = st.one_of(st.just(1), st.integers(0, 3), st.just(5000 if name in ("input_ids", "stop_words") else 1))
     if kind == "TYPE_STRING":
@@ -103,7 +103,7 @@ REQUESTS = st.fixed_dictionaries({
 def requests(draw):
     shape = draw(REQUESTS)
     names = set(shape["tensors"]) | {shape["prompt"]}
-    tensors = {name: draw(tensor(name, INPUTS[name])) for name in sorted(names)}
+    tensors = {name: draw(input_values(name, INPUTS[name])) for name in sorted(names)}
     if shape["prompt"] == "messages" and draw(st.booleans()):
         tensors["messages"] = np.array([json.dumps([{"role": "user", "content": draw(TEXT)}]).encode(
             "utf-8", "surrogatepass")], dtype=np.object_)
@@ -137,6 +137,7 @@ def outcome(engine: Engine, tensors: dict, parameters: dict) -> str | None:
     return None
 
 
+@pytest.mark.slow
 @settings(derandomize=True, database=None, max_examples=400, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(requests())
@@ -189,7 +190,8 @@ def grpc_inputs(tensors: dict) -> list:
 
 
 @pytest.mark.server
-def test_a_sample_of_hostile_requests_through_a_real_server(tmp_path):
+@pytest.mark.server
+def test_a_sample_of_hostile_requests_through_a_real_server(generator_server):
     """Forty drawn cases and the findings over gRPC: each ends with a result or an error a client can read."""
     cases = [(t, {}) for t in HOSTILE]
 
@@ -201,29 +203,28 @@ def test_a_sample_of_hostile_requests_through_a_real_server(tmp_path):
         cases.append((tensors, {k: v for k, v in parameters.items() if sendable(k, v)}))
 
     collect()
-    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
-                      log_file=tmp_path / "server.log") as server:
-        events: queue.Queue = queue.Queue()
-        client = grpcclient.InferenceServerClient(server.url_grpc)
-        client.start_stream(callback=lambda result, error: events.put((result, error)))
-        errors = []
-        for i, (tensors, parameters) in enumerate(cases):
-            client.async_stream_infer("generator", grpc_inputs(tensors), request_id=str(i), parameters=parameters or None,
-                                      enable_empty_final_response=True)
-            while True:
-                result, error = events.get(timeout=120)
-                if error is not None:
-                    errors.append(str(error))
-                    break
-                if result.get_response().parameters["triton_final_response"].bool_param:
-                    break
-        client.stop_stream()
-        for message in errors:
-            assert "Traceback" not in message and "internal error" not in message and ".py" not in message, message
-        print(f"{len(cases)} cases, {len(errors)} errors; e.g. {errors[:3]}")
-        client.close()
-        assert server.is_ready()
-        request = urllib.request.Request(server.url_http + "/v2/models/generator/generate", method="POST",
-                                         data=json.dumps({"text_input": "Hi", "max_tokens": 2}).encode())
-        with urllib.request.urlopen(request, timeout=60) as r:
-            assert r.status == 200 and "text_output" in json.loads(r.read())
+    server = generator_server  # shared: the hostile requests must leave it serving the other modules too
+    events: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.url_grpc)
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    errors = []
+    for i, (tensors, parameters) in enumerate(cases):
+        client.async_stream_infer("generator", grpc_inputs(tensors), request_id=str(i), parameters=parameters or None,
+                                  enable_empty_final_response=True)
+        while True:
+            result, error = events.get(timeout=120)
+            if error is not None:
+                errors.append(str(error))
+                break
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+    client.stop_stream()
+    for message in errors:
+        assert "Traceback" not in message and "internal error" not in message and ".py" not in message, message
+    print(f"{len(cases)} cases, {len(errors)} errors; e.g. {errors[:3]}")
+    client.close()
+    assert server.is_ready()
+    request = urllib.request.Request(server.url_http + "/v2/models/generator/generate", method="POST",
+                                     data=json.dumps({"text_input": "Hi", "max_tokens": 2}).encode())
+    with urllib.request.urlopen(request, timeout=60) as r:
+        assert r.status == 200 and "text_output" in json.loads(r.read())

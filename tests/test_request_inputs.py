@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from tritongen.options import GenerateOptions
-from tritongen.request_inputs import RequestError, parse_request
-from tritongen.request_limits import RequestLimits
+from tritongen.engine.options import GenerateOptions, InvalidOption
+from tritongen.triton.request_inputs import RequestError, named_error, parse_request
+from tritongen.triton.request_limits import RequestLimits
 
 
 def s(text):  # a STRING input as Triton gives it: object array of bytes, shape [1]
@@ -27,9 +27,16 @@ def parse(tensors=None, parameters=None, defaults=None, sampling=None, prompt="H
 
 
 def error(*args, **kwargs):
-    with pytest.raises(RequestError) as info:
-        parse(*args, **kwargs)
-    return str(info.value)
+    """What a client is told when the parser, or the engine's option validation (named as the client spells
+    the field), refuses the request."""
+    try:
+        parsed = parse(*args, **kwargs)
+        parsed.request.options.validate()
+    except RequestError as exc:
+        return str(exc)
+    except InvalidOption as exc:
+        return str(named_error(exc, parsed))
+    raise AssertionError("the request was accepted")
 
 
 def test_defaults_without_options_are_the_seed_defaults():

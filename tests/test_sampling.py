@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from tritongen.options import GenerateOptions
-from tritongen.sampling import RequestSampler
+from tritongen.engine.options import GenerateOptions
+from tritongen.engine.sampling import RequestSampler
 
 LOGITS = np.array([1.0, 3.0, 2.0, 0.5, -1.0, 2.5], dtype=np.float32)
 

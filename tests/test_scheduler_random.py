@@ -17,8 +17,15 @@ import time
 
 import pytest
 
-from tritongen.engine import Engine
-from tritongen.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest, Priority, SchedulerConfig
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import (
+    EngineConfig,
+    FinishReason,
+    GenerateOptions,
+    GenerateRequest,
+    Priority,
+    SchedulerConfig,
+)
 
 PAGE_SIZE, PAGES, CONTEXT = 4, 40, 160  # the pool holds exactly one full context
 SESSIONS = ("s0", "s1", "s2", "s3")

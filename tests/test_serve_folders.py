@@ -12,11 +12,11 @@ import jsonschema
 import numpy as np
 import pytest
 
-from conftest import REPOSITORY, ROOT
-from test_bad_input import I32, grpc_request, text
-from test_foreign_folders import tree_digest
+from tritongen.runtime.tokenizer import TextTokenizer
 from tritongen.serve import TritonServer, folder_repository
-from tritongen.tokenizer import TextTokenizer
+
+from conftest import REPOSITORY, ROOT
+from triton_helpers import I32, grpc_request, text, tree_digest
 
 pytestmark = pytest.mark.server
 FOREIGN = ROOT / "foreign_models"

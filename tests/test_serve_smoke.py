@@ -11,6 +11,8 @@ import pytest
 
 from tritongen.serve import TritonServer
 
+pytestmark = pytest.mark.server
+
 MODEL_PY = textwrap.dedent('''
     import numpy as np
     import triton_python_backend_utils as pb_utils

@@ -11,28 +11,19 @@ import urllib.request
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import np_to_triton_dtype
 
-from conftest import REPOSITORY
-from tritongen.serve import TritonServer, scrape_metrics
-from tritongen.tokenizer import TextTokenizer
+from tritongen.runtime.tokenizer import TextTokenizer
+from tritongen.serve import scrape_metrics
+
+from triton_helpers import cancelled_counts, tensor
 
 pytestmark = pytest.mark.server
 FRANCE = json.dumps([{"role": "user", "content": "What is the capital of France?"}])
 
 
 @pytest.fixture(scope="module")
-def server(target_folder, tmp_path_factory):
-    log = tmp_path_factory.mktemp("triton") / "server.log"
-    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
-        yield srv
-
-
-def tensor(name, value):
-    value = np.asarray(value)
-    t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
-    t.set_data_from_numpy(value)
-    return t
+def server(generator_server):
+    return generator_server
 
 
 def stream(server, inputs, cancel_after=None, timeout=60, outputs=None):
@@ -144,16 +135,15 @@ def test_cancelled_stream_stops_generating(server):
     inputs = [tensor("text_input", np.array([b"Write a long story about a dragon."], dtype=object)),
               tensor("max_tokens", np.array([2000], dtype=np.int32)),
               tensor("ignore_eos", np.array([True])), tensor("stream", np.array([True]))]
+    before = len(cancelled_counts(server))  # the server is shared: count only this request's line
     got = stream(server, inputs, cancel_after=3)
     assert len(got) == 3
     deadline = time.time() + 20
-    while time.time() < deadline:
-        lines = [ln for ln in server.log_file.read_text(errors="replace").splitlines() if "cancelled after" in ln]
-        if lines:
-            break
+    while time.time() < deadline and len(cancelled_counts(server)) == before:
         time.sleep(0.2)
-    assert lines, "the generator never reported the cancellation"
-    generated = int(lines[-1].split("cancelled after ")[1].split()[0])
+    counts = cancelled_counts(server)
+    assert len(counts) > before, "the generator never reported the cancellation"
+    generated = counts[-1]
     assert generated < 200
     status, text = post(server, "/v2/models/generator/generate", {"text_input": "Hello", "max_tokens": 2})
     assert status == 200

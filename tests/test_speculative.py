@@ -7,8 +7,8 @@ import queue
 import numpy as np
 import pytest
 
-from tritongen.engine import Engine
-from tritongen.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest
 from tritongen.speculative.modes import SpeculativeMode
 from tritongen.speculative.proposer import Proposal, Proposer
 
@@ -114,7 +114,7 @@ def engine_with_all_modes(folder, draft, heads_repo) -> Engine:
     return Engine(folder, EngineConfig(draft_model=draft, **heads))
 
 
-@pytest.mark.parametrize("model", ["tiny", "smollm2"])
+@pytest.mark.parametrize("model", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
 def test_every_mode_is_token_identical_alone_and_mixed_in_a_batch(model, request, tiny_folder, tiny_heads):
     if model == "tiny":
         folder, draft, heads = tiny_folder, tiny_folder, tiny_heads  # the target as its own draft: always agrees

@@ -1,7 +1,7 @@
 """StopChecker: finish reasons, stop strings across token boundaries, held-back text."""
 
-from tritongen.options import FinishReason, GenerateOptions
-from tritongen.stopping import StopChecker
+from tritongen.engine.options import FinishReason, GenerateOptions
+from tritongen.engine.stopping import StopChecker
 
 EOS = 0
 

@@ -7,20 +7,13 @@ import queue
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import np_to_triton_dtype
 
-from tritongen.generator_settings import parse_settings
-from test_bad_input import NO_HEADS, small_repository, start_server, stop_server
+from tritongen.triton.generator_settings import parse_settings
+
+from triton_helpers import NO_HEADS, small_repository, start_server, stop_server, tensor
 
 pytestmark = pytest.mark.server
 NEW_TOKENS = 23  # not a multiple of the interval: the last response holds the remainder
-
-
-def tensor(name, value):
-    value = np.asarray(value)
-    t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
-    t.set_data_from_numpy(value)
-    return t
 
 
 def streamed_ids(server, parameters=None) -> list[list[int]]:

@@ -14,18 +14,19 @@ import types
 import numpy as np
 import pytest
 
+from tritongen.engine.options import FinishReason, GenerateResult, GenerateToken, TokenLogprob
+from tritongen.engine.snapshot import EngineSnapshot
+from tritongen.runtime.repository import read_config
+from tritongen.triton.request_inputs import parse_request
+
 from conftest import REPOSITORY
-from tritongen.engine_snapshot import EngineSnapshot
-from tritongen.options import FinishReason, GenerateResult, GenerateToken, TokenLogprob
-from tritongen.repository import read_config
-from tritongen.request_inputs import parse_request
 
 FINAL = 1
 
 
 @pytest.fixture
 def adapter(monkeypatch):
-    """triton_model imported against a stand-in pb_utils that records what responses hold."""
+    """tritongen.triton.model imported against a stand-in pb_utils that records what responses hold."""
     pb = types.ModuleType("triton_python_backend_utils")
     pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
 
@@ -41,9 +42,10 @@ def adapter(monkeypatch):
     pb.Tensor, pb.InferenceResponse = Tensor, InferenceResponse
     pb.MetricFamily = types.SimpleNamespace(COUNTER=0, GAUGE=1, HISTOGRAM=2)
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb)
-    monkeypatch.delitem(sys.modules, "tritongen.triton_model", raising=False)
-    monkeypatch.delitem(sys.modules, "tritongen.triton_metrics", raising=False)
-    import tritongen.triton_model as triton_model
+    monkeypatch.delitem(sys.modules, "tritongen.triton.model", raising=False)
+    monkeypatch.delitem(sys.modules, "tritongen.triton.metrics", raising=False)
+    monkeypatch.delitem(sys.modules, "tritongen.triton.responder", raising=False)
+    import tritongen.triton.model as triton_model
 
     return triton_model
 
@@ -64,7 +66,7 @@ class Sender:
         return False
 
 
-class PausedSendThread:
+class PausedJobThread:
     """Holds jobs until the test runs them: a send thread that has fallen behind the engine."""
 
     def __init__(self):
@@ -86,7 +88,7 @@ def stream_for(adapter, interval, sending, wanted=("output_ids", "text_output"),
     metrics = types.SimpleNamespace(request_finished=lambda result: None)
     tokenizer = types.SimpleNamespace(decode=lambda ids: "t")
     sender = Sender()
-    stream = adapter._Stream(sender, parsed, [1, 2, 3], tokenizer, metrics, sending, set(wanted), interval)
+    stream = adapter.RequestResponder(sender, parsed, [1, 2, 3], tokenizer, metrics, sending, set(wanted), interval)
     return stream, sender
 
 
@@ -95,7 +97,7 @@ def result(ids, text):
 
 
 def test_a_lagging_send_thread_merges_tokens_in_order(adapter):
-    sending = PausedSendThread()
+    sending = PausedJobThread()
     stream, sender = stream_for(adapter, 1, sending)
     stream.on_token(GenerateToken(10, "a"))
     sending.run()  # keeping up: one token per response
@@ -110,7 +112,7 @@ def test_a_lagging_send_thread_merges_tokens_in_order(adapter):
 
 
 def test_a_token_without_its_text_waits_for_the_rest_of_the_character(adapter):
-    sending = PausedSendThread()
+    sending = PausedJobThread()
     stream, sender = stream_for(adapter, 1, sending)
     stream.on_token(GenerateToken(20, "x"))
     stream.on_token(GenerateToken(21, ""))  # the first bytes of a character: no text yet
@@ -122,7 +124,7 @@ def test_a_token_without_its_text_waits_for_the_rest_of_the_character(adapter):
 
 
 def test_a_piece_queued_before_the_end_leaves_the_tokens_to_the_final_response(adapter):
-    sending = PausedSendThread()
+    sending = PausedJobThread()
     stream, sender = stream_for(adapter, 2, sending)
     for token, text in ((30, "p"), (31, "q"), (32, "r")):
         stream.on_token(GenerateToken(token, text))
@@ -133,7 +135,7 @@ def test_a_piece_queued_before_the_end_leaves_the_tokens_to_the_final_response(a
 
 
 def test_interval_holds_back_until_enough_tokens(adapter):
-    sending = PausedSendThread()
+    sending = PausedJobThread()
     stream, sender = stream_for(adapter, 3, sending)
     for token in (40, 41):
         stream.on_token(GenerateToken(token, "t"))
@@ -149,7 +151,7 @@ def test_every_response_holds_every_output_the_client_asked_for(adapter):
     memory for a missing one (or an empty number tensor); a NaN among them left its profile export empty
     (seen in CI and in make bench)."""
     declared = {o.name for o in read_config(REPOSITORY / "generator").output}
-    sending = PausedSendThread()
+    sending = PausedJobThread()
     stream, sender = stream_for(adapter, 1, sending, wanted=declared)
     stream.handle = types.SimpleNamespace(prefix_cache_hit_len=16, total_draft_tokens=0, total_accepted_draft_tokens=0)
     stream.on_token(GenerateToken(10, "a"))
@@ -170,7 +172,7 @@ def test_every_response_holds_every_output_the_client_asked_for(adapter):
 
 
 def test_cumulative_logprob_adds_up_across_streamed_responses(adapter):
-    sending = PausedSendThread()
+    sending = PausedJobThread()
     stream, sender = stream_for(adapter, 1, sending, wanted=("cumulative_logprob", "logprobs"),
                                 return_log_probs=np.array([True]))
     values = {10: -0.5, 11: -1.25, 12: -2.0}
@@ -197,7 +199,7 @@ def sweeping_model(adapter, step, streams):
     """The generator's per-step sweep over live streams (whose jobs go to `step`), without an engine behind it."""
     model = object.__new__(adapter.TritonPythonModel)
     model.metrics = types.SimpleNamespace(engine_stepped=lambda engine: None)
-    model.step_sends, model.step_observations = step, adapter.StepBatch(PausedSendThread())
+    model.step_sends, model.step_observations = step, adapter.StepJobs(PausedJobThread())
     model._streams, model._streams_lock = set(streams), threading.Lock()
     return model
 
@@ -205,8 +207,8 @@ def sweeping_model(adapter, step, streams):
 def test_a_steps_responses_reach_the_send_thread_when_the_step_ends(adapter):
     """Woken mid-step, the send thread would take the GIL whenever the engine thread's numpy copies let it
     go, and the engine thread would wait for it before its next model call."""
-    sending = PausedSendThread()
-    step = adapter.StepBatch(sending)
+    sending = PausedJobThread()
+    step = adapter.StepJobs(sending)
     (first, first_sender), (second, second_sender) = stream_for(adapter, 1, step), stream_for(adapter, 1, step)
     model = sweeping_model(adapter, step, [first, second])
     first.on_token(GenerateToken(10, "a"))
@@ -223,8 +225,8 @@ def test_a_steps_responses_reach_the_send_thread_when_the_step_ends(adapter):
 def test_a_client_gone_under_a_lagging_send_thread_is_asked_about_by_time_not_by_responses(adapter):
     """Regression: clients used to be asked every 4th response; a lagging send thread merged a 64-token
     request into 3 responses, so a cancelled client's request ran to its end (8 of 500 in a CI run)."""
-    sending = PausedSendThread()
-    step = adapter.StepBatch(sending)
+    sending = PausedJobThread()
+    step = adapter.StepJobs(sending)
     stream, sender = stream_for(adapter, 1, step)
     stream.handle = Handle()
     model = sweeping_model(adapter, step, [stream])
@@ -237,7 +239,7 @@ def test_a_client_gone_under_a_lagging_send_thread_is_asked_about_by_time_not_by
     gone = True  # the client cancels after its first response
     for token in range(11, 40):
         stream.on_token(GenerateToken(token, "b"))
-    stream.checked_at -= adapter._CANCEL_CHECK_SECONDS  # time passes
+    stream.checked_at -= sys.modules["tritongen.triton.responder"]._CANCEL_CHECK_SECONDS  # time passes
     model._on_step(None)
     model._on_step(None)  # the check already waits in the queue: no second one
     assert sending.jobs == [stream._send_piece, stream.check_cancelled]
@@ -246,7 +248,7 @@ def test_a_client_gone_under_a_lagging_send_thread_is_asked_about_by_time_not_by
     assert [ids[-1] for ids, _, _ in sender.sent] == [10, 39]  # the piece queued before the check went out
     try:
         stream.on_token(GenerateToken(40, "c"))
-    except adapter.ClientCancelled:
+    except sys.modules["tritongen.triton.responder"].ClientCancelled:
         pass
     else:
         raise AssertionError("the engine thread was not told to stop the request")
@@ -272,7 +274,7 @@ def test_the_final_response_does_not_wait_for_the_per_token_histogram(adapter, m
     own: its final response goes out before them, with its counters already updated."""
     monkeypatch.setattr(adapter.pb_utils, "MetricFamily", RecordingFamily)
     RecordingFamily.log = []
-    sending, observing = PausedSendThread(), PausedSendThread()
+    sending, observing = PausedJobThread(), PausedJobThread()
     metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, observing.put)
     stream, sender = stream_for(adapter, 8, sending)
     stream.metrics = metrics
@@ -294,7 +296,7 @@ def test_gauges_are_set_only_when_they_change(adapter, monkeypatch):
     """Each gauge update is a round trip to the server: a snapshot whose values held still sends none."""
     monkeypatch.setattr(adapter.pb_utils, "MetricFamily", RecordingFamily)
     RecordingFamily.log = []
-    sending = PausedSendThread()
+    sending = PausedJobThread()
     metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, sending.put)
     used = {"pages": 10}
     engine = types.SimpleNamespace(snapshot=lambda: EngineSnapshot(

@@ -10,15 +10,16 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import REPOSITORY
-from tritongen.engine import Engine
-from tritongen.generator_settings import parse_settings
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest
+from tritongen.engine.sampling import RequestSampler
 from tritongen.kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig
-from tritongen.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest
-from tritongen.repository import read_config
-from tritongen.sampling import RequestSampler
+from tritongen.runtime.repository import read_config
 from tritongen.speculative.head_config import load_head
 from tritongen.speculative.modes import Eagle3Config, SpeculativeMode
+from tritongen.triton.generator_settings import parse_settings
+
+from conftest import REPOSITORY
 
 
 def greedy(n: int, **kw) -> GenerateOptions:
@@ -153,7 +154,7 @@ def test_length_is_the_context_window_only(tiny_folder):
     run." A pool that could never hold a full context is refused at load instead (tests/test_page_accounting.py)."""
     engine = Engine(tiny_folder, EngineConfig(max_model_len=40))
     try:
-        prompt = engine.tokenize_prompt(GenerateRequest("Hello world, this is a prompt"))
+        prompt = engine.prepare(GenerateRequest("Hello world, this is a prompt")).prompt_ids
         out = engine.generate(GenerateRequest(prompt, greedy(100)))
         assert out.finish_reason == FinishReason.LENGTH and len(prompt) + len(out.token_ids) == 40
     finally:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import REPOSITORY
-from tritongen.options import GenerateOptions, GenerateRequest
-from tritongen.serve import TritonServer
+from tritongen.engine.options import GenerateOptions, GenerateRequest
+
+from triton_helpers import tensor
 
 
 def greedy(n: int, **kw) -> GenerateOptions:
@@ -55,10 +55,8 @@ def test_special_tokens_and_stop_strings_in_the_text(tiny):
 # ---- through the real server -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def server(target_gqa_folder, tmp_path_factory):
-    log = tmp_path_factory.mktemp("vllm_clients") / "server.log"
-    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
-        yield srv
+def server(generator_server):
+    return generator_server
 
 
 def stream(server, inputs: list, outputs=None, parameters=None) -> list:
@@ -79,16 +77,11 @@ def stream(server, inputs: list, outputs=None, parameters=None) -> list:
     return [r for r in got if r.get_response().outputs]
 
 
-def tensor(name: str, array: np.ndarray, kind: str) -> grpcclient.InferInput:
-    t = grpcclient.InferInput(name, list(array.shape), kind)
-    t.set_data_from_numpy(array)
-    return t
-
-
 def output_names(result) -> set[str]:
     return {o.name for o in result.get_response().outputs}
 
 
+@pytest.mark.server
 @pytest.mark.server
 def test_the_vllm_backend_sample_client(server):
     """vllm_backend samples/client.py, `create_request`: text_input [1] BYTES, stream [1] BOOL, sampling_parameters
@@ -106,6 +99,7 @@ def test_the_vllm_backend_sample_client(server):
     assert len(text) > 20
 
 
+@pytest.mark.server
 @pytest.mark.server
 def test_the_triton_openai_frontend_with_backend_vllm(server):
     """Triton server python/openai/openai_frontend/engine/utils/triton.py, `_create_vllm_generate_request`:
@@ -142,6 +136,7 @@ def test_the_triton_openai_frontend_with_backend_vllm(server):
     assert int(response.as_numpy("num_input_tokens")[0]) > 10
 
 
+@pytest.mark.server
 @pytest.mark.server
 def test_return_finish_reason_and_cumulative_logprob_in_vllms_words(server):
     inputs = [tensor("text_input", np.array([b"Once upon a time"], dtype=np.object_), "BYTES"),

@@ -44,7 +44,14 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from .lockdown import GRPC_OPERATOR_HEADER, LOOPBACK, OPERATOR_HEADER, OPERATOR_KEY_ENV, operator_key, server_args
+from .triton.lockdown import (
+    GRPC_OPERATOR_HEADER,
+    LOOPBACK,
+    OPERATOR_HEADER,
+    OPERATOR_KEY_ENV,
+    operator_key,
+    server_args,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"

@@ -1,13 +1,30 @@
-"""onnx-genai-engine's KvConnectorConfig: which connector, its chunking, store priority and the recompute baseline."""
+"""onnx-genai-engine's KvConnectorConfig: which connector, its chunking, store priority and the recompute baseline.
+
+Configuration only: opening a connector is `open_connector`'s job, so the engine's options do not import a store."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .connector import CachePriority, KvCacheConnector, NullConnector
-from .local_tiered import LocalTieredConfig, LocalTieredConnector
+from .connector import CachePriority
 
 DEFAULT_CHUNK_SIZE = 256
+COMPRESSIONS = ("none", "zlib")
+
+
+@dataclass
+class LocalTieredConfig:
+    cpu_max_bytes: int = 1 << 30
+    disk_path: Path | None = None
+    disk_max_bytes: int = 8 << 30
+    compression: str = "none"  # or "zlib" (both tiers)
+
+    def validate(self) -> None:
+        if self.cpu_max_bytes <= 0 or self.disk_max_bytes <= 0:
+            raise ValueError("local_tiered tier capacities must be greater than zero")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"local_tiered compression must be one of {', '.join(COMPRESSIONS)}")
 
 
 @dataclass
@@ -34,9 +51,3 @@ class KvConnectorConfig:
             raise ValueError("recompute_ms_per_token must be greater than zero")
         if self.backend == "local_tiered":
             self.local_tiered.validate()
-
-    def open(self, model_id: str = "") -> KvCacheConnector:
-        """`model_id` ("name@weights-digest") lets a disk tier drop what an earlier build of the same model left."""
-        if self.backend == "local_tiered":
-            return LocalTieredConnector(self.local_tiered, model_id)
-        return NullConnector()

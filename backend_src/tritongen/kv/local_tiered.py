@@ -32,11 +32,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .connector import (NOT_FOUND, CachePriority, ConnectorCapabilities, FetchedKv, KvCacheConnector, KvCacheKey,
-                        KvCacheLocation, KvStoreEntry)
+from .connector import (
+    NOT_FOUND,
+    CachePriority,
+    ConnectorCapabilities,
+    FetchedKv,
+    KvCacheConnector,
+    KvCacheKey,
+    KvCacheLocation,
+    KvStoreEntry,
+)
+from .connector_config import COMPRESSIONS, LocalTieredConfig
 
 MAGIC = b"TRITONGEN-KV-2\n"
-COMPRESSIONS = ("none", "zlib")
 _MAX_HEADER_BYTES = 4096
 _HEADER_FIELDS = {"model_id": str, "layer_range": list, "chunk_hash": str, "chunk_index": int, "num_tokens": int,
                   "shape": list, "compression": str, "priority": str, "payload_bytes": int, "sha256": str}
@@ -90,20 +98,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-@dataclass
-class LocalTieredConfig:
-    cpu_max_bytes: int = 1 << 30
-    disk_path: Path | None = None
-    disk_max_bytes: int = 8 << 30
-    compression: str = "none"  # or "zlib" (both tiers)
-
-    def validate(self) -> None:
-        if self.cpu_max_bytes <= 0 or self.disk_max_bytes <= 0:
-            raise ValueError("local_tiered tier capacities must be greater than zero")
-        if self.compression not in COMPRESSIONS:
-            raise ValueError(f"local_tiered compression must be one of {', '.join(COMPRESSIONS)}")
 
 
 @dataclass

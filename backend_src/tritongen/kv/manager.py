@@ -15,11 +15,10 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from ..kv_slots import SlotDecoder
-from ..sequence import Sequence
 from .connector import CachePriority, KvCacheConnector, KvStoreEntry, chunk_keys
 from .page_pool import PagePool
 from .prefix_cache import PrefixCache
+from .protocols import PagedSequence, SlotRows
 
 
 @dataclass
@@ -50,7 +49,7 @@ class ConnectorLink:
 
 
 class KvManager:
-    def __init__(self, pool: PagePool, slots: SlotDecoder, link: ConnectorLink | None = None,
+    def __init__(self, pool: PagePool, slots: SlotRows, link: ConnectorLink | None = None,
                  session_limits: SessionLimits | None = None):
         self.pool = pool
         self.session_limits = session_limits or SessionLimits(pool.num_pages, pool.num_pages, float("inf"))
@@ -70,7 +69,7 @@ class KvManager:
 
     # ---- admission -----------------------------------------------------------
 
-    def reusable(self, seq: Sequence) -> tuple[list[int], int, object]:
+    def reusable(self, seq: PagedSequence) -> tuple[list[int], int, object]:
         """(pages holding reusable KV, tokens reused, trie node or session pin) for a sequence about to run.
 
         With a session pin the last page may be partly reused (its tail is
@@ -88,7 +87,7 @@ class KvManager:
         pages, node = self.cache.match(seq.tokens[:limit])
         return pages, len(pages) * self.page_size, node
 
-    def can_admit(self, seq: Sequence) -> bool:
+    def can_admit(self, seq: PagedSequence) -> bool:
         """Whether admitting `seq` now finds every page it needs, evicting session pins if it must.
 
         The one count admission trusts: pages it reuses are kept out of what
@@ -110,7 +109,7 @@ class KvManager:
         pins = Counter(p for pin in self.sessions.values() for p in pin.pages)
         return sum(1 for page, n in pins.items() if page not in held and self.pool.refcount[page] == n)
 
-    def admit(self, seq: Sequence, slot: int) -> bool:
+    def admit(self, seq: PagedSequence, slot: int) -> bool:
         """Place a sequence in `slot`: copy in the KV that exists, reserve pages for the rest of its prompt.
 
         False, with nothing held, only if `can_admit` was wrong (the engine counts it; tests expect none).
@@ -139,13 +138,13 @@ class KvManager:
             seq.prefix_hit_len = reused
         return True
 
-    def _keys(self, seq: Sequence) -> list:
+    def _keys(self, seq: PagedSequence) -> list:
         if seq.chunk_keys is None:
             link = self.link
             seq.chunk_keys = chunk_keys(link.model_id, link.num_layers, seq.prompt_ids, link.chunk_size)
         return seq.chunk_keys
 
-    def _fetch_from_connector(self, seq: Sequence, slot: int, reused: int) -> int:
+    def _fetch_from_connector(self, seq: PagedSequence, slot: int, reused: int) -> int:
         """Extend the in-process hit with chunks the connector holds, while fetching beats recomputing."""
         if self.link is None:
             return reused
@@ -172,7 +171,7 @@ class KvManager:
             seq.chunks_stored = max(seq.chunks_stored, key.chunk_index + 1)  # already held by the connector
         return reused
 
-    def _store_prompt_chunks(self, seq: Sequence) -> None:
+    def _store_prompt_chunks(self, seq: PagedSequence) -> None:
         """Offer each complete prompt chunk to the connector once (the store itself runs in the background)."""
         link = self.link
         done = min(seq.num_computed, len(seq.prompt_ids)) // link.chunk_size
@@ -186,7 +185,7 @@ class KvManager:
                 self.connector_stats["stored_chunks"] += 1
             seq.chunks_stored += 1
 
-    def reserve(self, seq: Sequence, num_tokens: int) -> bool:
+    def reserve(self, seq: PagedSequence, num_tokens: int) -> bool:
         """Make the page table cover `num_tokens`, evicting session pins if it must; False if the pool runs dry
         (the pages found so far stay in the table)."""
         while len(seq.pages) < self.pages_for(num_tokens):
@@ -208,7 +207,7 @@ class KvManager:
 
     # ---- while running -------------------------------------------------------
 
-    def commit_full_pages(self, seq: Sequence) -> None:
+    def commit_full_pages(self, seq: PagedSequence) -> None:
         """Copy newly completed pages from the slot to the store and offer them to the prefix trie."""
         ps = self.page_size
         full = seq.num_computed // ps
@@ -223,7 +222,7 @@ class KvManager:
         if self.link is not None:
             self._store_prompt_chunks(seq)
 
-    def release(self, seq: Sequence, keep_session: bool) -> None:
+    def release(self, seq: PagedSequence, keep_session: bool) -> None:
         """A sequence leaves its slot: pin its KV (up to the per-session bound) for its session, or hand its pages
         back to the pool."""
         self.commit_full_pages(seq)
@@ -254,7 +253,7 @@ class KvManager:
         for page in pin.pages:
             self.pool.release(page, page in self.cache)
 
-    def _drop_pages(self, seq: Sequence) -> None:
+    def _drop_pages(self, seq: PagedSequence) -> None:
         """Release the pages the sequence still holds; it has no KV placement afterwards."""
         for page in seq.pages:
             self.pool.release(page, page in self.cache)

@@ -20,8 +20,8 @@ from .chat import chat_completions
 from .completions import completions
 from .disconnect import ClientDisconnected
 from .errors import OpenAIError
-from .guard import Guard
 from .generator_client import GeneratorClient
+from .guard import Guard
 from .model_list import check_model, model_card, model_list
 from .schemas import ChatCompletionRequest, CompletionRequest
 

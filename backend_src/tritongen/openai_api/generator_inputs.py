@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, ResponseFormat, SamplingRequest
 from . import tool_calls
 from .errors import invalid
+from .schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, ResponseFormat, SamplingRequest
 
 
 def _guided_decoding(fmt: ResponseFormat | None) -> dict | None:

@@ -18,6 +18,8 @@ CATCH_UP_CHUNK = 256
 
 
 class DraftModelProposer(Proposer):
+    keeps_slot_state = True
+
     def __init__(self, decoder):
         self.decoder = decoder  # a slot decoder (GQA or concat) over the draft model
         self.computed = [0] * decoder.max_slots  # tokens whose draft KV is valid, per slot

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ..cpu_threads import session_options
-from ..model_runner import default_providers
+from ..runtime.cpu_threads import session_options
+from ..runtime.decoder_runner import default_providers
 
 
 def open_head(path: Path, threads: int, providers, pin_threads: bool = False) -> ort.InferenceSession:

@@ -33,6 +33,7 @@ class Proposer:
     """Base: stateless proposers need only `propose`; ones with per-slot state override the rest."""
 
     hidden_outputs: tuple[str, ...] = ()  # target outputs this proposer reads (seq.hidden)
+    keeps_slot_state = False  # True: the scheduler tells it of slot moves and releases
 
     def behind(self, seq) -> int:
         """Tokens this proposer must compute before it can propose for `seq` (a draft model's catch-up)."""

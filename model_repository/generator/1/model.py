@@ -1,3 +1,3 @@
 """Triton loads this file; the generator itself lives in the tritongen package."""
 
-from tritongen.triton_model import TritonPythonModel  # noqa: F401
+from tritongen.triton.model import TritonPythonModel  # noqa: F401

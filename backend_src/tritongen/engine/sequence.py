@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import time
-
-import numpy as np
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from .kv.prefix_cache import Node
+import numpy as np
+
+from ..kv.prefix_cache import Node
+from ..runtime.tokenizer import IncrementalDetokenizer
 from .options import FinishReason, GenerateResult, GenerateToken, Priority, RequestTiming, TokenLogprob
 from .sampling import RequestSampler
 from .stopping import StopChecker
-from .tokenizer import IncrementalDetokenizer
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher
+
+    from ..speculative.modes import SpeculativeMode
+    from ..speculative.proposer import Proposer
 
 TokenCallback = Callable[[GenerateToken], None]
 DoneCallback = Callable[[Optional[GenerateResult], Optional[BaseException]], None]
@@ -49,9 +55,9 @@ class Sequence:
     status: Status = Status.WAITING
     prefix_hit_len: int = 0
     logprobs: list[TokenLogprob] | None = None
-    matcher: object | None = None  # llguidance LLMatcher when the request is constrained
-    proposer: object | None = None  # speculative proposer, None when not speculating
-    spec_mode: object | None = None
+    matcher: LLMatcher | None = None  # set when the request is constrained
+    proposer: Proposer | None = None  # None when not speculating
+    spec_mode: SpeculativeMode | None = None
     spec_k: int = 0
     drafted: int = 0
     accepted: int = 0

@@ -19,8 +19,8 @@ import numpy as np
 import onnxruntime as ort
 
 from .cpu_threads import session_options
+from .decoder_runner import default_providers, stack_kv
 from .decoder_signature import open_session, signature
-from .model_runner import default_providers, stack_kv
 
 
 class SlotDecoder:

@@ -17,7 +17,7 @@ from typing import Callable
 
 import triton_python_backend_utils as pb_utils
 
-from .options import GenerateResult
+from ..engine.options import GenerateResult
 
 _LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                     20.0, 40.0, 80.0]
@@ -28,8 +28,8 @@ _TOKEN_BUCKETS = [0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
 class GeneratorMetrics:
     def __init__(self, labels: dict[str, str], run: Callable[[Callable[[], None]], None],
                  run_per_token: Callable[[Callable[[], None]], None]):
-        """`run` queues a metric update on the thread that sends the responses (SendThread.put);
-        `run_per_token` the per-token observations on another (SendThread.put)."""
+        """`run` queues a metric update on the thread that sends the responses (JobThread.put);
+        `run_per_token` the per-token observations on another (JobThread.put)."""
         def family(name, description, kind):
             return pb_utils.MetricFamily(name=name, description=description, kind=kind)
 

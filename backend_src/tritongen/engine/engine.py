@@ -21,32 +21,43 @@ from typing import Iterator
 
 import numpy as np
 
-from .cpu_threads import pin_calling_thread
-from .constraints import ConstraintCompiler, MaskComputer, allowed_tokens
-from .kv.manager import ConnectorLink, KvManager, SessionLimits
-from .kv.model_identity import model_identity
-from .kv.codec import codec
-from .kv.page_pool import PagePool
+from ..kv.codec import codec
+from ..kv.manager import ConnectorLink, KvManager, SessionLimits
+from ..kv.model_identity import model_identity
+from ..kv.open_connector import open_connector
+from ..kv.page_pool import PagePool
+from ..runtime.cpu_threads import pin_calling_thread
+from ..runtime.decoder_signature import uses_group_query_attention
+from ..runtime.kv_concat import ConcatSlotDecoder
+from ..runtime.kv_slots import SlotDecoder
+from ..runtime.model_folder import ModelFiles, locate
+from ..runtime.tokenizer import IncrementalDetokenizer, TextTokenizer
+from ..speculative.draft_model import DraftModelProposer
+from ..speculative.eagle3 import Eagle3Proposer
+from ..speculative.modes import SpeculativeMode
+from ..speculative.mtp import MtpProposer
+from ..speculative.prompt_lookup import PromptLookupProposer
+from ..speculative.proposer import Proposer
+from ..speculative.shared_kv import SharedKvProposer
+from .constraints import ConstraintCompiler, MaskComputer
 from .memory_budget import check_kv_fits
-from .kv_concat import ConcatSlotDecoder
-from .kv_slots import SlotDecoder
-from .options import (EngineConfig, FinishReason, GenerateRequest, GenerateResult, GenerateToken,
-                      PrioritizedGenerateResult, Priority, ScheduledGenerateArrival)
-from .decoder_signature import uses_group_query_attention
-from .engine_snapshot import EngineSnapshot
-from .model_folder import ModelFiles, locate
-from .sampling import RequestSampler, TokenChoice
-from .speculative.draft_model import DraftModelProposer
-from .speculative.eagle3 import Eagle3Proposer
-from .speculative.mtp import MtpProposer
-from .speculative.shared_kv import SharedKvProposer
-from .speculative.prompt_lookup import PromptLookupProposer
-from .speculative.proposer import Proposal, Proposer
+from .model_runner import ModelRunner
+from .options import (
+    EngineConfig,
+    FinishReason,
+    GenerateOptions,
+    GenerateRequest,
+    GenerateResult,
+    GenerateToken,
+    InvalidOption,
+    Priority,
+)
+from .output_processor import deliver_done
+from .sampling import RequestSampler
 from .scheduler import Scheduler
 from .sequence import DoneCallback, Sequence, Status, TokenCallback
-from .speculative.modes import SpeculativeMode
+from .snapshot import EngineSnapshot
 from .stopping import StopChecker
-from .tokenizer import IncrementalDetokenizer, TextTokenizer
 
 
 class EngineStopped(RuntimeError):
@@ -70,6 +81,19 @@ class RequestHandle:
     prefix_cache_hit_len = property(lambda self: self._seq.prefix_hit_len)
     total_draft_tokens = property(lambda self: self._seq.drafted)
     total_accepted_draft_tokens = property(lambda self: self._seq.accepted)
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request that passed every check (Engine.prepare), ready to submit."""
+
+    prompt_ids: list[int]
+    options: GenerateOptions
+    context_limit: int
+    matcher: object | None  # llguidance LLMatcher for a constrained request
+    proposer: Proposer | None
+    spec_mode: SpeculativeMode | None
+    spec_k: int
 
 
 @dataclass
@@ -120,15 +144,15 @@ class Engine:
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
                              shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
         model_id = self._connector_model_id(model_folder)
-        self.connector = self.config.kv_connector.open(model_id)
+        self.connector = open_connector(self.config.kv_connector, model_id)
         self.kv = KvManager(self.pool, self.decoder, self._connector_link(model_id), self._session_limits())
         self.scheduler = Scheduler(self.config.scheduler, self.kv)
         self.proposers = self._open_proposers()
-        self.scheduler.slot_listeners = [p for p in self.proposers.values() if type(p).move is not Proposer.move]
+        self.scheduler.slot_listeners = [p for p in self.proposers.values() if p.keeps_slot_state]
         self.stats = EngineStats()
         self.on_step = lambda engine: None  # metrics hook, called on the engine thread after each step
         self.on_death = lambda error: None  # called once if the engine thread dies (the server reports unhealthy)
-        self._inject_fault = False
+        self.fault_at_next_step = False  # set by harness.kill_engine_thread, for tests
         self._ids = itertools.count(1)
         self._arrivals = itertools.count()
         self._inbox: deque[Sequence] = deque()
@@ -141,6 +165,7 @@ class Engine:
         self.error: BaseException | None = None
         self._compiler: ConstraintCompiler | None = None
         self.masks = MaskComputer(self.vocab_size)
+        self.runner = ModelRunner(self.decoder, self.kv, self.masks, self.vocab_size, self.stats)
         self._thread = threading.Thread(target=self._run, name="tritongen-engine", daemon=True)
         self._thread.start()
 
@@ -173,56 +198,56 @@ class Engine:
             limit = min(limit, request.options.max_context)
         return limit
 
-    def check_options(self, options) -> None:
-        """Checks that need the model: token ids the options name must be in its vocabulary."""
-        eos = options.eos_token_id
-        if eos is not None and not 0 <= eos < self.vocab_size:
-            raise ValueError(f"end_id (eos_token_id) {eos} is outside the vocabulary [0, {self.vocab_size})")
-        bad = next((t for t in options.logit_bias if not 0 <= t < self.vocab_size), None)
-        if bad is not None:
-            raise ValueError(f"logit_bias names token {bad}, outside the vocabulary [0, {self.vocab_size})")
-        for i, stop in enumerate(options.stop_sequences):
-            bad = next((t for t in stop if not 0 <= t < self.vocab_size), None) if not isinstance(stop, str) else None
+    def prepare(self, request: GenerateRequest) -> PreparedRequest:
+        """Every check of a request, in one place: its options, what needs the model (ids in the vocabulary,
+        the prompt within the context), its constraint compiled and its speculative mode. Raises InvalidOption."""
+        options = request.options
+        options.validate()
+        vocab = self.vocab_size
+        named = [("eos_token_id", [options.eos_token_id] if options.eos_token_id is not None else []),
+                 ("logit_bias", list(options.logit_bias)),
+                 ("stop_sequences", [t for stop in options.stop_sequences if not isinstance(stop, str) for t in stop])]
+        for name, ids in named:
+            bad = next((t for t in ids if not 0 <= t < vocab), None)
             if bad is not None:
-                raise ValueError(f"stop_token_ids: stop sequence {i} holds {bad}, outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
-
-    def tokenize_prompt(self, request: GenerateRequest) -> list[int]:
-        """Validate a request and return its prompt ids; raises ValueError for the caller."""
-        request.options.validate()
+                raise InvalidOption(name, f"{name} names token {bad}, outside the vocabulary [0, {vocab})")
         prompt = request.prompt
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
         if not ids:
-            raise ValueError("prompt must not be empty")
-        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
+            raise InvalidOption("prompt", "prompt must not be empty")
+        bad = next((i for i in ids if not 0 <= i < vocab), None)
         if bad is not None:
-            raise ValueError(f"input_ids contains {bad}, outside the vocabulary [0, {self.vocab_size})")
+            raise InvalidOption("prompt", f"the prompt holds token {bad}, outside the vocabulary [0, {vocab})")
         limit = self.context_limit(request)
-        if len(ids) >= limit:
-            raise ValueError(f"prompt has {len(ids)} tokens but the context holds {limit}: no room for a new token")
-        return ids  # it fits the pool too: loading made sure the pool holds a full context
+        if len(ids) >= limit:  # it fits the pool too: loading made sure the pool holds a full context
+            raise InvalidOption("prompt", f"prompt has {len(ids)} tokens but the context holds {limit}: "
+                                "no room for a new token")
+        try:
+            matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None
+        except ValueError as exc:
+            raise InvalidOption("constraint", str(exc)) from None
+        proposer, spec_mode, spec_k = self._speculation(options)
+        return PreparedRequest(ids, options, limit, matcher, proposer, spec_mode, spec_k)
 
-    def submit(self, request: GenerateRequest, on_token: TokenCallback | None = None,
+    def submit(self, request: GenerateRequest | PreparedRequest, on_token: TokenCallback | None = None,
                on_done: DoneCallback | None = None, priority: Priority = Priority.NORMAL,
                session_id: str | None = None, end_session: bool = False,
                arrival_step: int | None = None) -> RequestHandle:
+        """Queue a request; one already prepared (`prepare`) is not checked again."""
         if not self.alive:
             raise EngineStopped(f"engine is not running: {self.error!r}")
-        self.check_options(request.options)
-        ids = self.tokenize_prompt(request)
-        options = request.options
-        matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None
-        proposer, spec_mode, spec_k = self._speculation(options)
+        prepared = request if isinstance(request, PreparedRequest) else self.prepare(request)
+        ids, options = prepared.prompt_ids, prepared.options
         eos = (options.eos_token_id,) if options.eos_token_id is not None else self.tokenizer.eos_token_ids
         seq = Sequence(
             request_id=next(self._ids), prompt_ids=ids, priority=priority, arrival=next(self._arrivals),
             sampler=RequestSampler(options, ids, self.vocab_size, eos if options.stop_on_eos else ()),
-            stopper=StopChecker(options, eos, len(ids), self.context_limit(request)),
+            stopper=StopChecker(options, eos, len(ids), prepared.context_limit),
             detok=IncrementalDetokenizer(self.tokenizer, ids, options.skip_special_tokens), on_token=on_token,
             on_done=on_done,
             session_id=session_id, end_session=end_session,
-            logprobs=[] if options.top_logprobs is not None else None, matcher=matcher,
-            proposer=proposer, spec_mode=spec_mode, spec_k=spec_k,
+            logprobs=[] if options.top_logprobs is not None else None, matcher=prepared.matcher,
+            proposer=prepared.proposer, spec_mode=prepared.spec_mode, spec_k=prepared.spec_k,
         )
         if arrival_step is not None:
             seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
@@ -295,11 +320,6 @@ class Engine:
             proposers["shared_kv"] = SharedKvProposer(cfg.shared_kv, self.decoder, *runtime)
         return proposers
 
-    @staticmethod
-    def _hidden_names(rows) -> tuple[str, ...]:
-        names = {n for s in rows if s.proposer is not None for n in s.proposer.hidden_outputs}
-        return tuple(sorted(names))
-
     def default_speculative_mode(self) -> SpeculativeMode:
         """The engine's mode; onnx-genai-engine 0.1.0-dev.2 config.rs: "For compatibility, a configured
         `draft_model` selects `DraftModel` when this remains `None`"."""
@@ -316,7 +336,7 @@ class Engine:
             return None, None, 0
         proposer = self.proposers.get(mode.kind)
         if proposer is None:
-            raise ValueError(f"speculative mode {mode.kind!r} is not configured on this engine "
+            raise InvalidOption("speculative_mode", f"speculative mode {mode.kind!r} is not configured on this engine "
                              f"(available: {', '.join(['none', *self.proposers])})")
         head = {"mtp": self.config.mtp, "eagle3": self.config.eagle3, "shared_kv": self.config.shared_kv}.get(mode.kind)
         k = options.num_speculative_tokens or (head.num_speculative_tokens if head is not None else None)
@@ -355,22 +375,10 @@ class Engine:
         finally:
             handle.cancel()
 
-    def generate_scheduled(self, arrivals: list[ScheduledGenerateArrival]) -> list[PrioritizedGenerateResult]:
-        """Run requests that become visible at given step counts; results in the order given."""
-        done: queue.Queue = queue.Queue()
-        base = self.steps
-        for index, arrival in enumerate(arrivals):
-            r = arrival.request
-            self.submit(r.request, priority=r.priority, session_id=r.session_id,
-                        arrival_step=base + arrival.arrival_step,
-                        on_done=lambda result, error, i=index: done.put((i, result, error)))
-        results: list = [None] * len(arrivals)
-        for _ in arrivals:
-            i, result, error = done.get()
-            if error is not None:
-                raise error
-            results[i] = PrioritizedGenerateResult(arrivals[i].request.session_id, result)
-        return results
+    def wake(self) -> None:
+        """Have the engine thread look at its inputs now (it sleeps while idle)."""
+        with self._wake:
+            self._wake.notify()
 
     def close_session(self, session_id: str) -> None:
         with self._wake:
@@ -405,18 +413,12 @@ class Engine:
             if self.error is not None:
                 self.on_death(self.error)
 
-    def inject_fault(self) -> None:
-        """Make the engine thread die at its next step: how tests prove a dead engine is reported, not hung."""
-        self._inject_fault = True
-        with self._wake:
-            self._wake.notify()
-
     def _take_inbox(self) -> bool:
         """Move new requests to the scheduler; block while idle. False when closing."""
         sched = self.scheduler
         with self._wake:
             # Idle, the thread still wakes when the oldest session pin is due to expire.
-            while not (self._inbox or self._commands or sched.has_work() or sched.scheduled or self._closing):
+            while not (self._inbox or self._commands or sched.has_work() or sched.not_arrived or self._closing):
                 self._wake.wait(self.kv.expire_sessions(time.monotonic()))
             if self._closing:
                 return False
@@ -425,15 +427,15 @@ class Engine:
             while self._commands:
                 self.kv.close_session(self._commands.popleft())
         self.kv.expire_sessions(time.monotonic())
-        if not sched.has_work() and sched.scheduled:
+        if not sched.has_work() and sched.not_arrived:
             self.stats.steps = max(self.stats.steps, sched.next_arrival_step())  # idle: jump to the next arrival
         return True
 
     def _step(self) -> None:
-        if self._inject_fault:
+        if self.fault_at_next_step:
             raise RuntimeError("injected engine fault")
         sched = self.scheduler
-        for seq in [s for s in sched.running + sched.waiting + sched.scheduled if s.cancel_requested]:
+        for seq in [s for s in sched.running + sched.waiting + sched.not_arrived if s.cancel_requested]:
             self._finish(seq, FinishReason.CANCELLED)
         plan = sched.schedule(self.stats.steps)
         self.stats.preemptions = sched.num_preemptions
@@ -441,205 +443,10 @@ class Engine:
             self._finish(seq, RuntimeError("the KV page pool has no page left for this sequence"))
         if not (plan.decode or plan.prefill) and sched.waiting:
             self.stats.empty_steps += 1  # requests wait and nothing ran: admission is stuck
-        finished: list[tuple[Sequence, FinishReason]] = []
-        if plan.decode:
-            self._decode(plan.decode, finished, plan.spare_tokens)
-        for seq, n in plan.prefill:
-            self._guarded(seq, finished, self._prefill, seq, n, finished)
-        for seq, reason in finished:
-            self._finish(seq, reason)
+        for seq, outcome in self.runner.run(plan, sched.running):
+            self._finish(seq, outcome)
         self.stats.steps += 1
         self.on_step(self)
-
-    def _decode(self, rows: list[Sequence], finished: list, spare_tokens: int) -> None:
-        proposals = self._propose(rows, finished, spare_tokens)
-        plain = [s for s in rows if id(s) not in proposals and not any(f is s for f, _ in finished)]
-        if plain:
-            try:
-                self._decode_batch(plain, finished)
-            except Exception as exc:  # noqa: BLE001 - the model call failed: its rows fail, the engine goes on
-                finished.extend((s, exc) for s in plain if not any(f is s for f, _ in finished))
-        for seq in rows:
-            if id(seq) in proposals:
-                self._guarded(seq, finished, self._verify, seq, proposals[id(seq)], finished)
-
-    @staticmethod
-    def _guarded(seq: Sequence, finished: list, fn, *args) -> None:
-        """Run one request's part of a step; an exception (processor, constraint, proposer) fails it alone."""
-        try:
-            fn(*args)
-        except Exception as exc:  # noqa: BLE001
-            if not any(f is seq for f, _ in finished):
-                finished.append((seq, exc))
-
-    def _propose(self, rows: list[Sequence], finished: list, spare_tokens: int) -> dict:
-        """Draft tokens for speculating rows; a row whose proposer fails fails alone.
-
-        A proposer that is behind (a draft model that has not seen the prompt) catches up within the
-        step's spare token budget first; until it has, its row decodes plainly.
-        """
-        proposals = {}
-        for seq in rows:
-            if seq.proposer is None:
-                continue
-            room = min(seq.spec_k, seq.stopper.options.max_new_tokens - seq.num_generated - 1,
-                       seq.stopper.context_limit - len(seq.tokens) - 1)
-            if room <= 0:
-                continue
-            try:
-                behind = seq.proposer.behind(seq)
-                if behind:
-                    seq.proposer.catch_up(seq, min(behind, spare_tokens))
-                    spare_tokens -= min(behind, spare_tokens)
-                    if seq.proposer.behind(seq):
-                        continue
-                proposal = seq.proposer.propose(seq, room)
-            except Exception as exc:  # noqa: BLE001 - this request fails alone
-                finished.append((seq, exc))
-                continue
-            if proposal and proposal.tokens and self.kv.reserve(seq, seq.num_computed + 1 + len(proposal.tokens)):
-                proposals[id(seq)] = proposal
-        return proposals
-
-    def _decode_batch(self, rows: list[Sequence], finished: list) -> None:
-        running = self.scheduler.running
-        # Up to the last decoding row: rows after it (prompts still prefilling) are left out of the call.
-        width = len(running) if self.decoder.decodes_all_rows else 1 + max(s.slot for s in rows)
-        ids = np.zeros((width, 1), np.int64)
-        seqlens = np.empty(width, np.int32)
-        for slot, seq in enumerate(running[:width]):
-            # A row not decoding in this call gets a dummy token at its next position:
-            # its own prompt chunk or verification overwrites it, and nothing reads it before.
-            seqlens[slot] = seq.num_computed
-            if seq.is_decoding:
-                ids[slot, 0] = seq.tokens[-1]
-        constrained = [s for s in rows if s.matcher is not None]
-        masks = self.masks.start([s.matcher for s in constrained]) if constrained else None  # runs beside the model
-        hidden_names = self._hidden_names(rows)
-        logits, extras = self.decoder.decode(ids, seqlens, hidden_names)
-        for seq in rows if hidden_names else ():
-            seq.hidden = {n: extras[n][seq.slot, 0].copy() for n in seq.proposer.hidden_outputs} if seq.proposer else {}
-        allowed = self._allowed(constrained, masks)
-        broken = [s for s in constrained if id(s) not in allowed]
-        if broken:  # their matcher failed while the masks were computed: they fail, the others go on
-            finished.extend((s, RuntimeError(f"constraint failed: {s.matcher.get_error() or 'LLMatcher error'}"))
-                            for s in broken)
-            rows = [s for s in rows if s not in broken]
-        self.stats.decode_steps += 1
-        self.stats.decode_log.append(tuple(s.request_id for s in rows))
-        fast = [s for s in rows if s.sampler.plain_greedy()]
-        choices = {}
-        if fast:
-            best = np.argmax(logits[:, 0], axis=-1)  # every row: cheaper than gathering the fast ones first
-            for s in fast:
-                token = int(best[s.slot])
-                s.sampler.record(token)
-                choices[id(s)] = TokenChoice(token, None)
-        for seq in rows:
-            seq.num_computed += 1
-            self.kv.commit_full_pages(seq)
-            choice = choices.get(id(seq))
-            if choice is None:
-                self._guarded(seq, finished, self._choose_and_emit, seq, logits[seq.slot, 0], allowed.get(id(seq)), finished)
-            else:
-                self._emit(seq, choice, finished)
-
-    def _choose_and_emit(self, seq: Sequence, logits: np.ndarray, allowed, finished: list) -> None:
-        self._emit(seq, seq.sampler.choose(logits, allowed), finished)
-
-    def _verify(self, seq: Sequence, proposal: Proposal, finished: list) -> None:
-        """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""
-        start, k = seq.num_computed, len(proposal.tokens)
-        ids = np.array([[seq.tokens[-1], *proposal.tokens]], np.int64)
-        logits, extras = self.decoder.prefill(seq.slot, ids, start, seq.proposer.hidden_outputs, all_logits=True)
-        rows = logits[0].copy()
-        self.stats.verify_calls += 1
-        accepted, done = 0, len(finished)
-        for i in range(k + 1):
-            seq.num_computed = start + 1 + i  # KV is valid through ids[i]
-            allowed = self._mask(seq)
-            if i < k:
-                q = proposal.probs[i] if proposal.probs is not None else None
-                choice = seq.sampler.verify(rows[i], allowed, proposal.tokens[i], q)
-            else:
-                choice = seq.sampler.choose(rows[i], allowed)
-            self._emit(seq, choice, finished)
-            seq.hidden = {n: extras[n][0, i].copy() for n in extras}
-            if len(finished) > done or i == k or choice.token_id != proposal.tokens[i]:
-                break
-            accepted += 1
-        seq.drafted += k
-        seq.accepted += accepted
-        self.stats.drafted_tokens += k
-        self.stats.accepted_tokens += accepted
-        self.kv.commit_full_pages(seq)
-        seq.proposer.accepted(seq, accepted, k)
-
-    def _prefill(self, seq: Sequence, n: int, finished: list) -> None:
-        start = seq.num_computed
-        chunk = np.array([seq.tokens[start:start + n]], np.int64)
-        samples = start + n == seq.prefill_target and seq.num_generated == 0
-        constrained = [seq] if samples and seq.matcher is not None else []
-        masks = self.masks.start([seq.matcher]) if constrained else None
-        hidden_names = seq.proposer.hidden_outputs if samples and seq.proposer is not None else ()
-        logits, extras = self.decoder.prefill(seq.slot, chunk, start, hidden_names)
-        seq.hidden = {n: extras[n][0, -1].copy() for n in hidden_names}
-        allowed = self._allowed(constrained, masks)
-        if constrained and id(seq) not in allowed:
-            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
-        seq.num_computed += n
-        self.kv.commit_full_pages(seq)
-        if samples:
-            self._emit(seq, seq.sampler.choose(logits[0, -1], allowed.get(id(seq))), finished)
-
-    def _mask(self, seq: Sequence) -> np.ndarray | None:
-        """One row's mask, computed now (verification needs it after each accepted token)."""
-        if seq.matcher is None:
-            return None
-        allowed = self._allowed([seq], self.masks.start([seq.matcher]))
-        if id(seq) not in allowed:
-            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
-        return allowed[id(seq)]
-
-    def _allowed(self, constrained: list[Sequence], masks) -> dict[int, np.ndarray]:
-        """Masks of the constrained rows; a row whose matcher breaks is left out (the caller fails it)."""
-        if not constrained:
-            return {}
-        try:
-            words = masks.result()
-        except Exception:  # noqa: BLE001 - one broken matcher: retry row by row to find it
-            allowed = {}
-            for seq in constrained:
-                try:
-                    allowed[id(seq)] = allowed_tokens(self.masks.start([seq.matcher]).result()[0], self.vocab_size)
-                except Exception:  # noqa: BLE001
-                    pass
-            return allowed
-        return {id(s): allowed_tokens(words[i], self.vocab_size) for i, s in enumerate(constrained)}
-
-    def _emit(self, seq: Sequence, choice: TokenChoice, finished: list) -> None:
-        token = choice.token_id
-        if seq.matcher is not None and not seq.matcher.consume_token(token):
-            finished.append((seq, RuntimeError(f"constraint rejected token {token}: {seq.matcher.get_error()}")))
-            return
-        seq.tokens.append(token)
-        now = time.monotonic()
-        if seq.first_token_at is None:
-            seq.first_token_at, seq.first_token_step = now, self.stats.steps
-        seq.token_times.append(now)
-        text, reason = seq.stopper.add(token, seq.detok.add(token))
-        if reason is None and seq.matcher is not None and seq.matcher.is_stopped() and token in seq.stopper.eos_token_ids:
-            reason = FinishReason.EOS_TOKEN  # the constraint is complete: min_length cannot ask for more
-        if seq.logprobs is not None:
-            seq.logprobs.append(choice.logprob)
-        try:
-            if seq.on_token is not None:
-                seq.on_token(GenerateToken(token, text, reason, choice.logprob))
-        except Exception as exc:  # noqa: BLE001 - the caller's callback fails its own request only
-            finished.append((seq, exc))
-            return
-        if reason is not None:
-            finished.append((seq, reason))
 
     def _finish(self, seq: Sequence, outcome) -> None:
         """End a sequence with a FinishReason, or fail it with an exception."""
@@ -651,7 +458,7 @@ class Engine:
                     and outcome != FinishReason.CANCELLED)  # a cancelled turn does not extend its session
             sched.remove(seq, keep_session=keep)
         else:
-            (sched.waiting if seq in sched.waiting else sched.scheduled).remove(seq)
+            (sched.waiting if seq in sched.waiting else sched.not_arrived).remove(seq)
             if seq.session_id and seq.end_session:
                 self.kv.close_session(seq.session_id)
         if isinstance(outcome, FinishReason):
@@ -665,8 +472,4 @@ class Engine:
             self._live.pop(seq.request_id, None)
             if seq.session_id is not None:
                 self._sessions_in_flight.discard(seq.session_id)
-        if seq.on_done is not None:
-            try:
-                seq.on_done(result, error)
-            except Exception:  # noqa: BLE001 - a failing callback must not stop the engine
-                pass
+        deliver_done(seq, result, error)

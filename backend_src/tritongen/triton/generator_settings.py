@@ -6,16 +6,14 @@ Unknown keys are errors so a typo does not silently fall back to a default.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from pathlib import Path
 
-from .kv.connector import CachePriority
-from .kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig
-from .kv.local_tiered import LocalTieredConfig
-from .options import EngineConfig, GenerateOptions, SchedulerConfig
+from ..engine.options import EngineConfig, GenerateOptions, SchedulerConfig
+from ..kv.connector import CachePriority
+from ..kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig, LocalTieredConfig
+from ..speculative.head_config import load_head
+from ..speculative.modes import SpeculativeMode
 from .request_limits import RequestLimits
-from .speculative.head_config import load_head
-from .speculative.modes import SpeculativeMode
 
 
 @dataclass

@@ -12,15 +12,22 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
-
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
-from .options import CONSTRAINT_KINDS, GenerateConstraint, GenerateOptions, GenerateRequest, Priority
-from .sampling import MIN_TEMPERATURE
+from ..engine.options import (
+    CONSTRAINT_KINDS,
+    GenerateConstraint,
+    GenerateOptions,
+    GenerateRequest,
+    InvalidOption,
+    Priority,
+)
+from ..engine.sampling import MIN_TEMPERATURE
+from ..speculative.modes import SpeculativeMode
 from .request_limits import RequestError, RequestLimits, check_bytes, check_count, check_text, load_json
-from .speculative.modes import SpeculativeMode
 
 PROMPT_INPUTS = ("text_input", "input_ids", "messages")
 
@@ -64,6 +71,64 @@ LOGIT_BIAS_RANGE = 100.0  # OpenAI's
 # OpenAI's ranges, which vLLM keeps too.
 _PENALTY_RANGE = (-2.0, 2.0)
 MAX_DRAFT_TOKENS = 16
+MAX_TOP_LOGPROBS = 20  # OpenAI's
+
+
+def _set(option: str):
+    return lambda options, value: setattr(options, option, value)
+
+
+def _set_temperature(options: GenerateOptions, value: float) -> None:
+    """Below MIN_TEMPERATURE is greedy; a negative or non-finite value is left for the engine to refuse."""
+    options.greedy = 0.0 <= value < MIN_TEMPERATURE
+    options.temperature = 1.0 if options.greedy else value
+
+
+@dataclass(frozen=True)
+class OptionField:
+    """One GenerateOptions field as clients spell it. The engine validates the value (GenerateOptions.validate,
+    Engine.prepare); `wire_range` holds bounds of this boundary only (OpenAI's)."""
+
+    names: tuple[str, ...]  # tensor name, sampling_parameters key and request parameter; aliases after the first
+    kind: str  # _INT, _FLOAT or _BOOL
+    option: str  # the GenerateOptions field (onnx-genai-engine's name)
+    apply: Callable[[GenerateOptions, object], None]
+    wire_range: tuple[float, float] | None = None
+
+
+OPTION_FIELDS = (
+    OptionField(("max_tokens",), _INT, "max_new_tokens", _set("max_new_tokens")),
+    OptionField(("temperature",), _FLOAT, "temperature", _set_temperature),
+    OptionField(("top_p",), _FLOAT, "top_p", _set("top_p")),
+    # vLLM's -1 means off, as our 0 does.
+    OptionField(("top_k",), _INT, "top_k", lambda o, v: setattr(o, "top_k", 0 if v == -1 else v)),
+    OptionField(("min_p",), _FLOAT, "min_p", _set("min_p")),
+    OptionField(("repetition_penalty",), _FLOAT, "repetition_penalty", _set("repetition_penalty")),
+    OptionField(("frequency_penalty",), _FLOAT, "frequency_penalty", _set("frequency_penalty"), _PENALTY_RANGE),
+    OptionField(("presence_penalty",), _FLOAT, "presence_penalty", _set("presence_penalty"), _PENALTY_RANGE),
+    OptionField(("min_length", "min_tokens"), _INT, "min_length", _set("min_length")),
+    OptionField(("seed", "random_seed"), _INT, "seed", _set("seed")),
+    OptionField(("end_id",), _INT, "eos_token_id", _set("eos_token_id")),
+    OptionField(("ignore_eos",), _BOOL, "stop_on_eos", lambda o, v: setattr(o, "stop_on_eos", not v)),
+    OptionField(("skip_special_tokens",), _BOOL, "skip_special_tokens", _set("skip_special_tokens")),
+    OptionField(("include_stop_str_in_output",), _BOOL, "include_stop_str_in_output",
+                _set("include_stop_str_in_output")),
+    OptionField(("top_logprobs", "logprobs"), _INT, "top_logprobs", _set("top_logprobs"), (0, MAX_TOP_LOGPROBS)),
+    OptionField(("num_draft_tokens",), _INT, "num_speculative_tokens", _set("num_speculative_tokens"),
+                (1, MAX_DRAFT_TOKENS)),
+)
+# Engine fields with no row above, as clients name them.
+_OTHER_WIRE_NAMES = {"logit_bias": "sampling_parameters.logit_bias", "bad_words_ids": "sampling_parameters.bad_words",
+                     "stop_sequences": "stop_token_ids", "speculative_mode": "speculative"}
+WIRE_NAMES = {**{row.option: row.names[0] for row in OPTION_FIELDS}, **_OTHER_WIRE_NAMES}
+
+
+def named_error(exc: InvalidOption, parsed: "ParsedRequest") -> RequestError:
+    """The engine's refusal, led by the field as the client spelled it when the message does not name it."""
+    field = {"prompt": parsed.prompt_field, "constraint": parsed.constraint_field}.get(exc.field)
+    field = field or WIRE_NAMES.get(exc.field, exc.field)
+    message = str(exc)
+    return RequestError(message if field in message else f"{field}: {message}")
 
 
 @dataclass
@@ -319,77 +384,26 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     prompt, prompt_text, prompt_field = _prompt(tensors, parameters, render_chat, limits)
 
     options = GenerateOptions()
-    max_tokens = get("max_tokens", _INT)
-    if max_tokens is not None:
-        if max_tokens <= 0:
-            raise RequestError(f"max_tokens must be greater than zero, got {max_tokens}")
-        options.max_new_tokens = max_tokens
-    temperature = get("temperature", _FLOAT)
-    if temperature is not None:
-        if not math.isfinite(temperature) or temperature < 0:
-            raise RequestError(f"temperature must be finite and non-negative, got {temperature}")
-        options.greedy = temperature < MIN_TEMPERATURE
-        options.temperature = 1.0 if options.greedy else temperature
-    for name in ("top_p", "min_p", "repetition_penalty", "frequency_penalty", "presence_penalty"):
-        value = get(name, _FLOAT)
-        if value is not None:
-            setattr(options, name, value)
-    for name in ("frequency_penalty", "presence_penalty"):
-        value = getattr(options, name)
-        if not _PENALTY_RANGE[0] <= value <= _PENALTY_RANGE[1]:
-            raise RequestError(f"{name} must be between {_PENALTY_RANGE[0]:g} and {_PENALTY_RANGE[1]:g}, got {value}")
-    top_k = get("top_k", _INT)
-    if top_k is not None:
-        if top_k < -1:
-            raise RequestError(f"top_k must be -1, 0 (disabled) or positive, got {top_k}")
-        options.top_k = max(top_k, 0)
-    min_length = get("min_length", _INT, "min_tokens")
-    if min_length is not None:
-        if min_length < 0:
-            raise RequestError(f"min_length must be non-negative, got {min_length}")
-        options.min_length = min_length
     seeds = {k: _coerce(k, _INT, _scalar_tensor(k, tensors[k])) for k in ("seed", "random_seed") if k in tensors}
     if len(set(seeds.values())) > 1:
         raise RequestError(f"seed and random_seed differ ({seeds['seed']} vs {seeds['random_seed']})")
-    seed = get("seed", _INT, "random_seed")
-    if seed is not None:
-        if not 0 <= seed < 2**64:
-            raise RequestError(f"seed must be an unsigned 64-bit integer, got {seed}")
-        options.seed = seed
-    end_id = get("end_id", _INT)
-    if end_id is not None:
-        options.eos_token_id = end_id
-    if get("ignore_eos", _BOOL):
-        options.stop_on_eos = False
-
+    for row in OPTION_FIELDS:
+        value = get(row.names[0], row.kind, *row.names[1:])
+        if value is None:
+            continue
+        if row.wire_range is not None and not row.wire_range[0] <= value <= row.wire_range[1]:
+            low, high = row.wire_range
+            raise RequestError(f"{row.names[0]} must be between {low:g} and {high:g}, got {value}")
+        row.apply(options, value)
+    if get("return_log_probs", _BOOL) and options.top_logprobs is None:
+        options.top_logprobs = 0
     options.stop_sequences = _stops(tensors, sampling, parameters, limits)
     options.logit_bias = _logit_bias(sampling, limits)
     bad_words = _bad_words(sampling, limits)
-    for name in ("skip_special_tokens", "include_stop_str_in_output"):
-        value = get(name, _BOOL)
-        if value is not None:
-            setattr(options, name, value)
-
-    top_logprobs = get("top_logprobs", _INT, "logprobs")
-    if top_logprobs is not None or get("return_log_probs", _BOOL):
-        top_logprobs = top_logprobs or 0
-        if not 0 <= top_logprobs <= 20:
-            raise RequestError(f"top_logprobs must be between 0 and 20, got {top_logprobs}")
-        options.top_logprobs = top_logprobs
-
     options.constraint, constraint_field = _constraint(tensors, sampling, parameters, limits)
     options.speculative_mode = _speculative(_string_option("speculative", tensors, parameters, limits.max_json_bytes,
                                                            "max_json_bytes"),
                                             limits)
-    num_draft = get("num_draft_tokens", _INT)
-    if num_draft is not None:
-        if not 1 <= num_draft <= MAX_DRAFT_TOKENS:
-            raise RequestError(f"num_draft_tokens must be between 1 and {MAX_DRAFT_TOKENS}, got {num_draft}")
-        options.num_speculative_tokens = num_draft
-    try:
-        options.validate()
-    except ValueError as exc:
-        raise RequestError(str(exc)) from None
     stream_interval = get("stream_interval", _INT)
     if stream_interval is not None and stream_interval < 1:
         raise RequestError(f"stream_interval must be at least 1, got {stream_interval}")

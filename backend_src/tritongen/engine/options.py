@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Optional, Union
 
-from .kv.codec import KV_DTYPES
-from .kv.connector_config import KvConnectorConfig
-from .speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
+from ..kv.codec import KV_DTYPES
+from ..kv.connector_config import KvConnectorConfig
+from ..speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 
 TokenId = int
 # A stop sequence is either text or a run of token ids (onnx-genai-engine's StopSequence).
@@ -52,6 +52,15 @@ class GenerateConstraint:
         return GenerateConstraint("lark", "start: " + " | ".join(json.dumps(o) for o in options))
 
 
+class InvalidOption(ValueError):
+    """A request the engine refuses, naming the field (GenerateOptions' name, or "prompt" or "constraint"),
+    so that a front end can name it as its clients spell it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass
 class GenerateOptions:
     max_new_tokens: int = 128
@@ -83,45 +92,39 @@ class GenerateOptions:
     include_stop_str_in_output: bool = False
 
     def validate(self) -> None:
-        """Raise ValueError with onnx-genai-engine's message for the first invalid field."""
-        def finite(x: float) -> bool:
-            return math.isfinite(x)
-
-        if self.max_new_tokens <= 0:
-            raise ValueError("max_new_tokens must be greater than zero")
-        if not finite(self.temperature) or self.temperature < 0.0:
-            raise ValueError("temperature must be finite and non-negative")
-        if not finite(self.top_p) or self.top_p < 0.0:
-            raise ValueError("top_p must be finite and non-negative")
-        if self.top_k < 0:
-            raise ValueError("top_k must be non-negative")
-        if not finite(self.min_p) or not 0.0 <= self.min_p <= 1.0:
-            raise ValueError("min_p must be finite and between 0 and 1")
-        if not finite(self.repetition_penalty) or self.repetition_penalty <= 0.0:
-            raise ValueError("repetition_penalty must be finite and greater than zero")
-        if not finite(self.frequency_penalty):
-            raise ValueError("frequency_penalty must be finite")
-        if not finite(self.presence_penalty):
-            raise ValueError("presence_penalty must be finite")
-        if self.max_context is not None and self.max_context <= 0:
-            raise ValueError("max_context must be greater than zero when provided")
-        if self.top_logprobs is not None and self.top_logprobs < 0:  # capped at 20 only where clients reach us
-            raise ValueError("top_logprobs must not be negative")
-        if self.min_length < 0:
-            raise ValueError("min_length must be non-negative")
-        if any(not math.isfinite(b) for b in self.logit_bias.values()):
-            raise ValueError("logit_bias values must be finite")
-        if any(len(w) == 0 for w in self.bad_words_ids):
-            raise ValueError("bad words must not be empty")
-        for i, stop in enumerate(self.stop_sequences):
-            if len(stop) == 0:
-                raise ValueError(f"stop sequence {i} must not be empty")
-        if self.seed is not None and not 0 <= self.seed < 2**64:
-            raise ValueError("seed must be an unsigned 64-bit integer")
-        if self.num_speculative_tokens is not None and self.num_speculative_tokens <= 0:
-            raise ValueError("num_speculative_tokens must be greater than zero when provided")
+        """Raise InvalidOption, with onnx-genai-engine's message, for the first invalid field."""
+        empty_stop = next((i for i, stop in enumerate(self.stop_sequences) if not len(stop)), None)
+        for name, ok, message in (
+            ("max_new_tokens", self.max_new_tokens > 0, "max_new_tokens must be greater than zero"),
+            ("temperature", math.isfinite(self.temperature) and self.temperature >= 0.0,
+             "temperature must be finite and non-negative"),
+            ("top_p", math.isfinite(self.top_p) and self.top_p >= 0.0, "top_p must be finite and non-negative"),
+            ("top_k", self.top_k >= 0, "top_k must be non-negative"),
+            ("min_p", math.isfinite(self.min_p) and 0.0 <= self.min_p <= 1.0,
+             "min_p must be finite and between 0 and 1"),
+            ("repetition_penalty", math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0.0,
+             "repetition_penalty must be finite and greater than zero"),
+            ("frequency_penalty", math.isfinite(self.frequency_penalty), "frequency_penalty must be finite"),
+            ("presence_penalty", math.isfinite(self.presence_penalty), "presence_penalty must be finite"),
+            ("max_context", self.max_context is None or self.max_context > 0,
+             "max_context must be greater than zero when provided"),
+            # Capped at 20 only where clients reach us (the Triton and OpenAI boundaries).
+            ("top_logprobs", self.top_logprobs is None or self.top_logprobs >= 0, "top_logprobs must not be negative"),
+            ("min_length", self.min_length >= 0, "min_length must be non-negative"),
+            ("logit_bias", all(math.isfinite(b) for b in self.logit_bias.values()), "logit_bias values must be finite"),
+            ("bad_words_ids", all(len(w) for w in self.bad_words_ids), "bad words must not be empty"),
+            ("stop_sequences", empty_stop is None, f"stop sequence {empty_stop} must not be empty"),
+            ("seed", self.seed is None or 0 <= self.seed < 2**64, "seed must be an unsigned 64-bit integer"),
+            ("num_speculative_tokens", self.num_speculative_tokens is None or self.num_speculative_tokens > 0,
+             "num_speculative_tokens must be greater than zero when provided"),
+        ):
+            if not ok:
+                raise InvalidOption(name, message)
         if self.speculative_mode is not None:
-            self.speculative_mode.validate()
+            try:
+                self.speculative_mode.validate()
+            except ValueError as exc:
+                raise InvalidOption("speculative_mode", str(exc)) from None
 
 
 @dataclass
@@ -192,12 +195,17 @@ class GenerateResult:
     total_accepted_draft_tokens: int = 0
 
 
+class SchedulingPolicy(StrEnum):
+    PRIORITY = "priority"  # higher priority first, aging lifts the long-waiting; may preempt
+    FCFS = "fcfs"  # arrival order, never preempts for a later arrival
+
+
 @dataclass
 class SchedulerConfig:
     max_num_seqs: int = 16
     # Tokens per step: one per decoding sequence, the rest for prompt chunks.
     max_num_batched_tokens: int = 256
-    policy: str = "priority"  # or "fcfs"
+    policy: SchedulingPolicy = SchedulingPolicy.PRIORITY
     # Ours: a request moves up one priority level for each this many seconds it has waited in the queue
     # (low ranks as normal after it, as high after twice it), so none waits behind later arrivals forever.
     priority_aging_seconds: float = 30.0
@@ -207,8 +215,9 @@ class SchedulerConfig:
             raise ValueError("max_num_seqs must be greater than zero")
         if self.max_num_batched_tokens <= 0:
             raise ValueError("max_num_batched_tokens must be greater than zero")
-        if self.policy not in ("priority", "fcfs"):
+        if self.policy not in tuple(SchedulingPolicy):
             raise ValueError(f"scheduler policy must be 'priority' or 'fcfs', got {self.policy!r}")
+        self.policy = SchedulingPolicy(self.policy)
         if not self.priority_aging_seconds > 0:
             raise ValueError("priority_aging_seconds must be greater than zero")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model_runner import DecoderRunner, stack_kv
+from .decoder_runner import DecoderRunner, stack_kv
 
 
 class ConcatSlotDecoder:

@@ -4,9 +4,9 @@ Every `send` and `is_cancelled` of a python-backend response sender is a round t
 process. Done on the engine thread they sit between decode steps: two per token per stream, which with
 16 streams cost a fifth of each step. Here they run while the engine thread is inside onnxruntime.
 One FIFO queue keeps every request's responses in order, its FINAL one last. The generator runs a
-second one for the per-token metric observations (triton_metrics), which no response should wait for.
+second one for the per-token metric observations (triton/metrics.py), which no response should wait for.
 
-The engine thread hands a step's jobs over together when the step ends (StepBatch). Woken mid-step,
+The engine thread hands a step's jobs over together when the step ends (StepJobs). Woken mid-step,
 the send thread would take the GIL each time the engine thread's numpy copies let it go (page
 commits, argmax) and keep it through a send, so the engine thread would wait for it before its next
 model call; woken as the step ends, it runs once the engine thread is inside onnxruntime.
@@ -19,7 +19,7 @@ import threading
 from typing import Callable
 
 
-class SendThread:
+class JobThread:
     """Runs jobs in order; a job's Exception is reported and the next job runs. Anything that ends the thread
     otherwise is handed to `on_death`, on this thread, as its last act: the jobs still queued will never run."""
 
@@ -54,10 +54,10 @@ class SendThread:
             self._on_death(exc)
 
 
-class StepBatch:
-    """The jobs of one engine step, queued on a SendThread together by `flush` (engine thread only)."""
+class StepJobs:
+    """The jobs of one engine step, queued on a JobThread together by `flush` (engine thread only)."""
 
-    def __init__(self, thread: SendThread):
+    def __init__(self, thread: JobThread):
         self._thread = thread
         self._jobs: list[Callable[[], None]] = []
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .kv.manager import KvManager
-from .options import Priority, SchedulerConfig
+from ..kv.manager import KvManager
+from .options import Priority, SchedulerConfig, SchedulingPolicy
 from .sequence import Sequence, Status
 
 
@@ -37,7 +37,7 @@ class Scheduler:
         config.validate()
         self.config = config
         self.kv = kv
-        self.scheduled: list[Sequence] = []  # not yet arrived (ScheduledGenerateArrival)
+        self.not_arrived: list[Sequence] = []  # submitted for a later step (ScheduledGenerateArrival)
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []  # index == slot
         self.num_preemptions = 0
@@ -51,13 +51,13 @@ class Scheduler:
 
     def _rank(self, seq: Sequence, now: float) -> tuple:
         """Sort key: first in line is smallest."""
-        if self.config.policy == "fcfs":
+        if self.config.policy == SchedulingPolicy.FCFS:
             return (seq.arrival,)
         return (-self._level(seq, now), seq.arrival)
 
     def add(self, seq: Sequence) -> None:
         if seq.status == Status.SCHEDULED:
-            self.scheduled.append(seq)
+            self.not_arrived.append(seq)
         else:
             self.waiting.append(seq)
 
@@ -65,11 +65,11 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def next_arrival_step(self) -> int | None:
-        return min((s.arrival_step for s in self.scheduled), default=None)
+        return min((s.arrival_step for s in self.not_arrived), default=None)
 
     def arrive(self, step: int) -> None:
-        for seq in [s for s in self.scheduled if s.arrival_step <= step]:
-            self.scheduled.remove(seq)
+        for seq in [s for s in self.not_arrived if s.arrival_step <= step]:
+            self.not_arrived.remove(seq)
             seq.status, seq.waiting_since = Status.WAITING, time.monotonic()
             self.waiting.append(seq)
 
@@ -77,7 +77,7 @@ class Scheduler:
 
     def _victim(self, below: int | None, now: float) -> Sequence | None:
         """The lowest-priority, newest running sequence (strictly below level `below` when given)."""
-        if self.config.policy == "fcfs" and below is not None:
+        if self.config.policy == SchedulingPolicy.FCFS and below is not None:
             return None
         candidates = [s for s in self.running if below is None or self._level(s, now) < below]
         return max(candidates, key=lambda s: (-self._level(s, now), s.arrival), default=None)

@@ -1,0 +1,38 @@
+"""Drivers for tests and benchmarks, kept out of the request API: requests that arrive at chosen step counts,
+the record of which requests decoded together, and a fault that kills the engine thread."""
+
+from __future__ import annotations
+
+import queue
+from collections import deque
+
+from .engine import Engine
+from .options import PrioritizedGenerateResult, ScheduledGenerateArrival
+
+
+def generate_scheduled(engine: Engine, arrivals: list[ScheduledGenerateArrival]) -> list[PrioritizedGenerateResult]:
+    """Run requests that become visible at given step counts (from now); results in the order given."""
+    done: queue.Queue = queue.Queue()
+    base = engine.steps
+    for index, arrival in enumerate(arrivals):
+        r = arrival.request
+        engine.submit(r.request, priority=r.priority, session_id=r.session_id, arrival_step=base + arrival.arrival_step,
+                      on_done=lambda result, error, i=index: done.put((i, result, error)))
+    results: list = [None] * len(arrivals)
+    for _ in arrivals:
+        i, result, error = done.get()
+        if error is not None:
+            raise error
+        results[i] = PrioritizedGenerateResult(arrivals[i].request.session_id, result)
+    return results
+
+
+def decode_groups(engine: Engine) -> deque:
+    """The request ids of each recent decode call (bounded): which requests were batched together."""
+    return engine.stats.decode_log
+
+
+def kill_engine_thread(engine: Engine) -> None:
+    """The engine thread dies at its next step: how tests prove a dead engine is reported, not hung."""
+    engine.fault_at_next_step = True
+    engine.wake()

@@ -1,0 +1,208 @@
+"""One step's model work: the scheduler's plan in, the sequences it ended out.
+
+Decode rows run in one batched call over the slot KV (rows with a proposal
+are verified instead, one call each); prompt chunks run batch-1 in their own
+slot. Constraint masks are computed beside the model call. Each chosen token
+goes through the output processor; a failure in one request's part of the
+step (its proposer, its constraint, its callback) ends that request alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kv.manager import KvManager
+from ..speculative.proposer import Proposal
+from .constraints import MaskComputer, allowed_tokens
+from .output_processor import emit
+from .sampling import TokenChoice
+from .scheduler import StepPlan
+from .sequence import Sequence
+from .step_outcomes import StepOutcomes
+
+
+class ModelRunner:
+    def __init__(self, decoder, kv: KvManager, masks: MaskComputer, vocab_size: int, stats):
+        self.decoder = decoder
+        self.kv = kv
+        self.masks = masks
+        self.vocab_size = vocab_size
+        self.stats = stats  # EngineStats: decode, verification and draft counters
+
+    def run(self, plan: StepPlan, running: list[Sequence]) -> StepOutcomes:
+        """`running` is the batch in slot order (a decode call spans the slots up to its last decoding row)."""
+        outcomes = StepOutcomes()
+        if plan.decode:
+            self._decode(plan.decode, running, plan.spare_tokens, outcomes)
+        for seq, n in plan.prefill:
+            self._guarded(seq, outcomes, self._prefill, seq, n, outcomes)
+        return outcomes
+
+    def _decode(self, rows: list[Sequence], running: list[Sequence], spare_tokens: int,
+                outcomes: StepOutcomes) -> None:
+        proposals = self._propose(rows, spare_tokens, outcomes)
+        plain = [s for s in rows if s.request_id not in proposals and not outcomes.ended(s)]
+        if plain:
+            try:
+                self._decode_batch(plain, running, outcomes)
+            except Exception as exc:  # noqa: BLE001 - the model call failed: its rows fail, the engine goes on
+                for seq in plain:
+                    outcomes.end(seq, exc)
+        for seq in rows:
+            if seq.request_id in proposals:
+                self._guarded(seq, outcomes, self._verify, seq, proposals[seq.request_id], outcomes)
+
+    @staticmethod
+    def _guarded(seq: Sequence, outcomes: StepOutcomes, fn, *args) -> None:
+        """Run one request's part of a step; an exception (processor, constraint, proposer) fails it alone."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            outcomes.end(seq, exc)
+
+    def _propose(self, rows: list[Sequence], spare_tokens: int, outcomes: StepOutcomes) -> dict[int, Proposal]:
+        """Draft tokens for speculating rows, by request id; a row whose proposer fails fails alone.
+
+        A proposer that is behind (a draft model that has not seen the prompt) catches up within the
+        step's spare token budget first; until it has, its row decodes plainly.
+        """
+        proposals = {}
+        for seq in rows:
+            if seq.proposer is None:
+                continue
+            room = min(seq.spec_k, seq.stopper.options.max_new_tokens - seq.num_generated - 1,
+                       seq.stopper.context_limit - len(seq.tokens) - 1)
+            if room <= 0:
+                continue
+            try:
+                behind = seq.proposer.behind(seq)
+                if behind:
+                    seq.proposer.catch_up(seq, min(behind, spare_tokens))
+                    spare_tokens -= min(behind, spare_tokens)
+                    if seq.proposer.behind(seq):
+                        continue
+                proposal = seq.proposer.propose(seq, room)
+            except Exception as exc:  # noqa: BLE001 - this request fails alone
+                outcomes.end(seq, exc)
+                continue
+            if proposal and proposal.tokens and self.kv.reserve(seq, seq.num_computed + 1 + len(proposal.tokens)):
+                proposals[seq.request_id] = proposal
+        return proposals
+
+    def _decode_batch(self, rows: list[Sequence], running: list[Sequence], outcomes: StepOutcomes) -> None:
+        # Up to the last decoding row: rows after it (prompts still prefilling) are left out of the call.
+        width = len(running) if self.decoder.decodes_all_rows else 1 + max(s.slot for s in rows)
+        ids = np.zeros((width, 1), np.int64)
+        seqlens = np.empty(width, np.int32)
+        for slot, seq in enumerate(running[:width]):
+            # A row not decoding in this call gets a dummy token at its next position:
+            # its own prompt chunk or verification overwrites it, and nothing reads it before.
+            seqlens[slot] = seq.num_computed
+            if seq.is_decoding:
+                ids[slot, 0] = seq.tokens[-1]
+        constrained = [s for s in rows if s.matcher is not None]
+        masks = self.masks.start([s.matcher for s in constrained]) if constrained else None  # runs beside the model
+        hidden_names = _hidden_names(rows)
+        logits, extras = self.decoder.decode(ids, seqlens, hidden_names)
+        for seq in rows if hidden_names else ():
+            seq.hidden = {n: extras[n][seq.slot, 0].copy() for n in seq.proposer.hidden_outputs} if seq.proposer else {}
+        allowed = self._allowed(constrained, masks)
+        broken = [s for s in constrained if s.request_id not in allowed]
+        for seq in broken:  # their matcher failed while the masks were computed: they fail, the others go on
+            outcomes.end(seq, RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}"))
+        rows = [s for s in rows if s not in broken]
+        self.stats.decode_steps += 1
+        self.stats.decode_log.append(tuple(s.request_id for s in rows))
+        greedy = [s for s in rows if s.sampler.plain_greedy()]
+        best = np.argmax(logits[:, 0], axis=-1) if greedy else None  # every row: cheaper than gathering
+        step = self.stats.steps
+        for seq in rows:
+            seq.num_computed += 1
+            self.kv.commit_full_pages(seq)
+            if best is not None and seq.sampler.plain_greedy():
+                token = int(best[seq.slot])
+                seq.sampler.record(token)
+                emit(seq, TokenChoice(token, None), step, outcomes)
+            else:
+                self._guarded(seq, outcomes, self._choose_and_emit, seq, logits[seq.slot, 0],
+                              allowed.get(seq.request_id), outcomes)
+
+    def _choose_and_emit(self, seq: Sequence, logits: np.ndarray, allowed, outcomes: StepOutcomes) -> None:
+        emit(seq, seq.sampler.choose(logits, allowed), self.stats.steps, outcomes)
+
+    def _verify(self, seq: Sequence, proposal: Proposal, outcomes: StepOutcomes) -> None:
+        """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""
+        start, k = seq.num_computed, len(proposal.tokens)
+        ids = np.array([[seq.tokens[-1], *proposal.tokens]], np.int64)
+        logits, extras = self.decoder.prefill(seq.slot, ids, start, seq.proposer.hidden_outputs, all_logits=True)
+        rows = logits[0].copy()
+        self.stats.verify_calls += 1
+        accepted = 0
+        for i in range(k + 1):
+            seq.num_computed = start + 1 + i  # KV is valid through ids[i]
+            allowed = self._mask(seq)
+            if i < k:
+                q = proposal.probs[i] if proposal.probs is not None else None
+                choice = seq.sampler.verify(rows[i], allowed, proposal.tokens[i], q)
+            else:
+                choice = seq.sampler.choose(rows[i], allowed)
+            emit(seq, choice, self.stats.steps, outcomes)
+            seq.hidden = {n: extras[n][0, i].copy() for n in extras}
+            if outcomes.ended(seq) or i == k or choice.token_id != proposal.tokens[i]:
+                break
+            accepted += 1
+        seq.drafted += k
+        seq.accepted += accepted
+        self.stats.drafted_tokens += k
+        self.stats.accepted_tokens += accepted
+        self.kv.commit_full_pages(seq)
+        seq.proposer.accepted(seq, accepted, k)
+
+    def _prefill(self, seq: Sequence, n: int, outcomes: StepOutcomes) -> None:
+        start = seq.num_computed
+        chunk = np.array([seq.tokens[start:start + n]], np.int64)
+        samples = start + n == seq.prefill_target and seq.num_generated == 0
+        constrained = [seq] if samples and seq.matcher is not None else []
+        masks = self.masks.start([seq.matcher]) if constrained else None
+        hidden_names = seq.proposer.hidden_outputs if samples and seq.proposer is not None else ()
+        logits, extras = self.decoder.prefill(seq.slot, chunk, start, hidden_names)
+        seq.hidden = {n: extras[n][0, -1].copy() for n in hidden_names}
+        allowed = self._allowed(constrained, masks)
+        if constrained and seq.request_id not in allowed:
+            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
+        seq.num_computed += n
+        self.kv.commit_full_pages(seq)
+        if samples:
+            emit(seq, seq.sampler.choose(logits[0, -1], allowed.get(seq.request_id)), self.stats.steps, outcomes)
+
+    def _mask(self, seq: Sequence) -> np.ndarray | None:
+        """One row's mask, computed now (verification needs it after each accepted token)."""
+        if seq.matcher is None:
+            return None
+        allowed = self._allowed([seq], self.masks.start([seq.matcher]))
+        if seq.request_id not in allowed:
+            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
+        return allowed[seq.request_id]
+
+    def _allowed(self, constrained: list[Sequence], masks) -> dict[int, np.ndarray]:
+        """Masks of the constrained rows by request id; a row whose matcher breaks is left out (the caller
+        fails it)."""
+        if not constrained:
+            return {}
+        try:
+            words = masks.result()
+        except Exception:  # noqa: BLE001 - one broken matcher: retry row by row to find it
+            allowed = {}
+            for seq in constrained:
+                try:
+                    allowed[seq.request_id] = allowed_tokens(self.masks.start([seq.matcher]).result()[0],
+                                                             self.vocab_size)
+                except Exception:  # noqa: BLE001
+                    pass
+            return allowed
+        return {s.request_id: allowed_tokens(words[i], self.vocab_size) for i, s in enumerate(constrained)}
+
+
+def _hidden_names(rows: list[Sequence]) -> tuple[str, ...]:
+    names = {n for s in rows if s.proposer is not None for n in s.proposer.hidden_outputs}
+    return tuple(sorted(names))
