@@ -103,7 +103,7 @@ def test_a_draft_models_catch_up_prefill_stays_inside_the_token_budget(tiny_fold
     engine = Engine(tiny_folder, EngineConfig(draft_model=tiny_folder, num_speculative_tokens=3,
                                               scheduler=SchedulerConfig(max_num_batched_tokens=budget)))
     try:
-        draft = engine.proposers["draft_model"].decoder
+        draft = engine.speculation.proposers["draft_model"].decoder
         per_step: dict[int, int] = {}
         prefill = draft.prefill
 

@@ -34,7 +34,7 @@ class OracleProposer(Proposer):
 
 def engine_with_oracle(folder, oracle) -> Engine:
     engine = Engine(folder)
-    engine.proposers["prompt_lookup"] = oracle
+    engine.speculation.proposers["prompt_lookup"] = oracle
     return engine
 
 

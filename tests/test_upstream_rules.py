@@ -31,7 +31,7 @@ def test_a_configured_draft_model_is_the_default_mode(tiny_folder):
     `DraftModel` when this remains `None`.\""""
     engine = Engine(tiny_folder, EngineConfig(draft_model=tiny_folder))
     try:
-        assert engine.default_speculative_mode().kind == "draft_model"
+        assert engine.speculation.default_mode().kind == "draft_model"
         drafted = engine.generate(GenerateRequest("Hello world", greedy(12)))
         plain = engine.generate(GenerateRequest("Hello world", greedy(12, speculative_mode=SpeculativeMode("none"))))
         assert drafted.total_draft_tokens > 0 and plain.total_draft_tokens == 0
@@ -97,9 +97,9 @@ def test_a_head_config_carries_its_own_k(tiny_folder, tmp_path):
     engine = Engine(target, EngineConfig(eagle3=head, num_speculative_tokens=4))
     try:
         mode = SpeculativeMode("eagle3")
-        assert engine._speculation(GenerateOptions(speculative_mode=mode))[2] == 2
-        assert engine._speculation(GenerateOptions(speculative_mode=mode, num_speculative_tokens=3))[2] == 3
-        assert engine._speculation(GenerateOptions(speculative_mode=SpeculativeMode("prompt_lookup")))[2] == 4
+        assert engine.speculation.for_request(GenerateOptions(speculative_mode=mode))[2] == 2
+        assert engine.speculation.for_request(GenerateOptions(speculative_mode=mode, num_speculative_tokens=3))[2] == 3
+        assert engine.speculation.for_request(GenerateOptions(speculative_mode=SpeculativeMode("prompt_lookup")))[2] == 4
     finally:
         engine.close()
 
@@ -121,7 +121,7 @@ def test_eagle3_kv_mode_is_validated_and_hidden_threaded_starts_each_step_empty(
     head = load_head(tmp_path / "eagle3_head", 3, kv_mode="hidden_threaded")
     engine = Engine(target, EngineConfig(eagle3=head))
     try:
-        proposer = engine.proposers["eagle3"]
+        proposer = engine.speculation.proposers["eagle3"]
         pasts = []
         run = proposer.session.run
 

@@ -19,27 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
 from ..kv.codec import codec
-from ..kv.manager import ConnectorLink, KvManager, SessionLimits
-from ..kv.model_identity import model_identity
-from ..kv.open_connector import open_connector
 from ..kv.page_pool import PagePool
 from ..runtime.cpu_threads import pin_calling_thread
-from ..runtime.decoder_signature import uses_group_query_attention
-from ..runtime.kv_concat import ConcatSlotDecoder
-from ..runtime.kv_slots import SlotDecoder
-from ..runtime.model_folder import ModelFiles, locate
+from ..runtime.model_folder import locate
+from ..runtime.open_decoder import open_slot_decoder
 from ..runtime.tokenizer import IncrementalDetokenizer, TextTokenizer
-from ..speculative.draft_model import DraftModelProposer
-from ..speculative.eagle3 import Eagle3Proposer
 from ..speculative.modes import SpeculativeMode
-from ..speculative.mtp import MtpProposer
-from ..speculative.prompt_lookup import PromptLookupProposer
 from ..speculative.proposer import Proposer
-from ..speculative.shared_kv import SharedKvProposer
 from .constraints import ConstraintCompiler, MaskComputer
+from .kv_assembly import assemble_kv
 from .memory_budget import check_kv_fits
 from .model_runner import ModelRunner
 from .options import (
@@ -57,6 +46,7 @@ from .sampling import RequestSampler
 from .scheduler import Scheduler
 from .sequence import DoneCallback, Sequence, Status, TokenCallback
 from .snapshot import EngineSnapshot
+from .speculation import Speculation
 from .stopping import StopChecker
 
 
@@ -109,21 +99,12 @@ class EngineStats:
     decode_log: deque = field(default_factory=lambda: deque(maxlen=4096))
 
 
-def open_slot_decoder(files: ModelFiles, max_slots: int, max_len: int, threads: int, providers, pin_threads: bool,
-                      vocab_size: int | None = None):
-    """The slot layout when the graph's attention is GroupQueryAttention; the concat past/present one otherwise."""
-    slots = uses_group_query_attention(files.onnx_file)
-    kind = SlotDecoder if slots else ConcatSlotDecoder
-    return kind(files.onnx_file, max_slots, max_len, threads, providers, pin_threads, files.head_dim, vocab_size)
-
-
 class Engine:
     def __init__(self, model_folder: Path, config: EngineConfig | None = None):
         self.config = config or EngineConfig()
         self.config.validate()
         self.files = locate(Path(model_folder), self.config.model_variant)
-        model_folder = self.files.folder
-        self.tokenizer = TextTokenizer(model_folder)
+        self.tokenizer = TextTokenizer(self.files.folder)
         # The model's declared context caps the operator's max_model_len; a model that declares none gets it.
         self.max_len = min(self.config.max_model_len, self.files.context_length or self.config.max_model_len)
         pool_tokens = self.config.num_gpu_pages * self.config.page_size
@@ -143,12 +124,10 @@ class Engine:
             self.decoder.bytes_per_token() * self.config.scheduler.max_num_seqs * self.max_len)
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
                              shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
-        model_id = self._connector_model_id(model_folder)
-        self.connector = open_connector(self.config.kv_connector, model_id)
-        self.kv = KvManager(self.pool, self.decoder, self._connector_link(model_id), self._session_limits())
+        self.kv, self.connector = assemble_kv(self.config, self.files, self.decoder, self.pool, self.max_len)
         self.scheduler = Scheduler(self.config.scheduler, self.kv)
-        self.proposers = self._open_proposers()
-        self.scheduler.slot_listeners = [p for p in self.proposers.values() if p.keeps_slot_state]
+        self.speculation = Speculation(self.config, self.decoder, self.max_len, self.vocab_size)
+        self.scheduler.slot_listeners = self.speculation.slot_listeners
         self.stats = EngineStats()
         self.on_step = lambda engine: None  # metrics hook, called on the engine thread after each step
         self.on_death = lambda error: None  # called once if the engine thread dies (the server reports unhealthy)
@@ -226,7 +205,7 @@ class Engine:
             matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None
         except ValueError as exc:
             raise InvalidOption("constraint", str(exc)) from None
-        proposer, spec_mode, spec_k = self._speculation(options)
+        proposer, spec_mode, spec_k = self.speculation.for_request(options)
         return PreparedRequest(ids, options, limit, matcher, proposer, spec_mode, spec_k)
 
     def submit(self, request: GenerateRequest | PreparedRequest, on_token: TokenCallback | None = None,
@@ -268,79 +247,6 @@ class Engine:
             self._live[seq.request_id] = seq
             self._wake.notify()
         return RequestHandle(seq.request_id, ids, seq)
-
-    def _session_limits(self) -> SessionLimits:
-        cfg = self.config
-        per_session = cfg.max_session_pages if cfg.max_session_pages is not None else self.kv_pages_for(self.max_len)
-        total = cfg.max_pinned_pages if cfg.max_pinned_pages is not None else cfg.num_gpu_pages // 2
-        return SessionLimits(per_session, total, cfg.session_idle_seconds)
-
-    def kv_pages_for(self, tokens: int) -> int:
-        return -(-tokens // self.config.page_size)
-
-    def _connector_model_id(self, model_folder: Path) -> str:
-        """Connector keys name the model and the digest of its files: a rebuilt model never reads stale KV."""
-        cfg = self.config.kv_connector
-        if cfg.backend == "null":
-            return ""
-        return f"{cfg.model_id or model_folder.name}@{model_identity(self.files.onnx_file)}"
-
-    def _connector_link(self, model_id: str) -> ConnectorLink | None:
-        cfg = self.config.kv_connector
-        if cfg.backend == "null":
-            return None
-        cost = cfg.recompute_ms_per_token or self.measure_prefill_ms_per_token()
-        shape = self.decoder.shape
-        return ConnectorLink(self.connector, model_id, shape.num_layers, cfg.chunk_size, cfg.store_priority, cost,
-                             (shape.num_layers, 2, shape.num_kv_heads, cfg.chunk_size, shape.head_dim))
-
-    def measure_prefill_ms_per_token(self, tokens: int = 128) -> float:
-        """Prefill cost on this machine, the baseline a connector fetch must beat (slot 0 is still free)."""
-        ids = np.arange(3, 3 + tokens, dtype=np.int64)[None] % self.vocab_size
-        self.decoder.prefill(0, ids, 0)  # warm-up
-        start = time.perf_counter()
-        self.decoder.prefill(0, ids, 0)
-        return 1000.0 * (time.perf_counter() - start) / tokens
-
-    def _open_proposers(self) -> dict:
-        cfg = self.config
-        proposers: dict = {"prompt_lookup": PromptLookupProposer()}
-        if cfg.draft_model is not None:
-            draft = open_slot_decoder(locate(Path(cfg.draft_model)), cfg.scheduler.max_num_seqs, self.max_len,
-                                      cfg.intra_op_threads, cfg.execution_providers or None, cfg.pin_threads)
-            if draft.shape.vocab_size != self.vocab_size:
-                raise ValueError(f"draft model vocabulary {draft.shape.vocab_size} differs from the target's {self.vocab_size}")
-            proposers["draft_model"] = DraftModelProposer(draft)
-        runtime = (cfg.intra_op_threads, cfg.execution_providers or None, cfg.pin_threads)
-        if cfg.mtp is not None:
-            proposers["mtp"] = MtpProposer(cfg.mtp, *runtime)
-        if cfg.eagle3 is not None:
-            proposers["eagle3"] = Eagle3Proposer(cfg.eagle3, *runtime)
-        if cfg.shared_kv is not None:
-            proposers["shared_kv"] = SharedKvProposer(cfg.shared_kv, self.decoder, *runtime)
-        return proposers
-
-    def default_speculative_mode(self) -> SpeculativeMode:
-        """The engine's mode; onnx-genai-engine 0.1.0-dev.2 config.rs: "For compatibility, a configured
-        `draft_model` selects `DraftModel` when this remains `None`"."""
-        mode = self.config.speculative_mode
-        if mode.kind == "none" and self.config.draft_model is not None:
-            return SpeculativeMode("draft_model")
-        return mode
-
-    def _speculation(self, options) -> tuple:
-        """(proposer, mode, K) for a request: its own choice, else the engine default. K: the request's, else the
-        mode's own configuration's (a head folder's num_speculative_tokens), else the engine's."""
-        mode = options.speculative_mode or self.default_speculative_mode()
-        if mode.kind == "none":
-            return None, None, 0
-        proposer = self.proposers.get(mode.kind)
-        if proposer is None:
-            raise InvalidOption("speculative_mode", f"speculative mode {mode.kind!r} is not configured on this engine "
-                             f"(available: {', '.join(['none', *self.proposers])})")
-        head = {"mtp": self.config.mtp, "eagle3": self.config.eagle3, "shared_kv": self.config.shared_kv}.get(mode.kind)
-        k = options.num_speculative_tokens or (head.num_speculative_tokens if head is not None else None)
-        return proposer, mode, k or self.config.num_speculative_tokens
 
     def constraint_compiler(self) -> ConstraintCompiler:
         """Built on first use: the llguidance tokenizer bridge takes about half a second."""

@@ -1,0 +1,15 @@
+"""The slot decoder a model folder needs, chosen by its graph's attention."""
+
+from __future__ import annotations
+
+from .decoder_signature import uses_group_query_attention
+from .kv_concat import ConcatSlotDecoder
+from .kv_slots import SlotDecoder
+from .model_folder import ModelFiles
+
+
+def open_slot_decoder(files: ModelFiles, max_slots: int, max_len: int, threads: int, providers, pin_threads: bool,
+                      vocab_size: int | None = None) -> SlotDecoder | ConcatSlotDecoder:
+    """The slot layout when the graph's attention is GroupQueryAttention; the concat past/present one otherwise."""
+    kind = SlotDecoder if uses_group_query_attention(files.onnx_file) else ConcatSlotDecoder
+    return kind(files.onnx_file, max_slots, max_len, threads, providers, pin_threads, files.head_dim, vocab_size)
