@@ -73,9 +73,13 @@ def test_sixteen_concurrent_greedy_requests_match_solo_runs(model, request):
 
 
 def test_seeded_sampling_is_independent_of_the_batch(tiny):
-    options = GenerateOptions(max_new_tokens=20, greedy=False, temperature=0.9, top_p=0.95, seed=1234, stop_on_eos=False)
+    options = GenerateOptions(
+        max_new_tokens=20, greedy=False, temperature=0.9, top_p=0.95, seed=1234, stop_on_eos=False
+    )
     alone = tiny.generate(GenerateRequest("Hello world", options)).token_ids
-    others = [GenerateRequest(prompt(i, 4 + i), GenerateOptions(max_new_tokens=25, greedy=False, seed=i)) for i in range(6)]
+    others = [
+        GenerateRequest(prompt(i, 4 + i), GenerateOptions(max_new_tokens=25, greedy=False, seed=i)) for i in range(6)
+    ]
     results, _ = run_concurrently(tiny, others[:3] + [GenerateRequest("Hello world", options)] + others[3:])
     assert results[3].token_ids == alone
 
@@ -132,8 +136,12 @@ def test_high_priority_arrival_gets_first_token_within_two_steps(tiny_folder):
     config = EngineConfig(num_gpu_pages=24, page_size=8, max_model_len=192, scheduler=SchedulerConfig(max_num_seqs=4))
     engine = Engine(tiny_folder, config)
     try:
-        low = [ScheduledGenerateArrival(0, PrioritizedGenerateRequest(GenerateRequest(prompt(i, 5), greedy(30)), Priority.LOW))
-               for i in range(6)]
+        low = [
+            ScheduledGenerateArrival(
+                0, PrioritizedGenerateRequest(GenerateRequest(prompt(i, 5), greedy(30)), Priority.LOW)
+            )
+            for i in range(6)
+        ]
         high_request = GenerateRequest(prompt(20, 5), greedy(5))
         high = ScheduledGenerateArrival(6, PrioritizedGenerateRequest(high_request, Priority.HIGH))
         arrivals = low + [high]

@@ -45,4 +45,6 @@ def test_tokens_in_groups_of_four_give_the_step_rate():
 def test_a_static_batch_is_batch_times_intervals_over_its_span():
     rec = streams([0] * STREAMS, 0.0)
     rec["tiled"] = True
-    assert figures(rec, NEW_TOKENS, 448)["tps"] == pytest.approx(STREAMS * (NEW_TOKENS - 1) / (STEP_S * (NEW_TOKENS - 1)))
+    assert figures(rec, NEW_TOKENS, 448)["tps"] == pytest.approx(
+        STREAMS * (NEW_TOKENS - 1) / (STEP_S * (NEW_TOKENS - 1))
+    )

@@ -75,7 +75,9 @@ def test_dead_response_thread_ends_open_requests_and_refuses_the_next(target_gqa
         assert error is None  # tokens are flowing
         url = server.url_http + "/v2/models/generator/generate"
         # UNAVAILABLE from the model (Triton's HTTP generate endpoint answers 400 for every error a model sends).
-        status, body = post(url, {"text_input": "Hi", "max_tokens": 2, "parameters": {"tritongen_fault": "send_thread_exit"}})
+        status, body = post(
+            url, {"text_input": "Hi", "max_tokens": 2, "parameters": {"tritongen_fault": "send_thread_exit"}}
+        )
         assert status == 400 and "thread stopped" in body["error"], (status, body)
         start = time.monotonic()
         status, body = post(url, {"text_input": "Hi", "max_tokens": 2})

@@ -41,7 +41,10 @@ def test_gqa_slots_match_concat_model(model, request, tiny_folder, tiny_concat_f
     if model == "tiny":
         gqa_folder, concat_folder = tiny_folder, tiny_concat_folder
     else:
-        gqa_folder, concat_folder = request.getfixturevalue("target_gqa_folder"), request.getfixturevalue("target_folder")
+        gqa_folder, concat_folder = (
+            request.getfixturevalue("target_gqa_folder"),
+            request.getfixturevalue("target_folder"),
+        )
     tok = TextTokenizer(concat_folder)
     prompts = [tok.encode(t) for t in TEXTS]
     extra = [tok.encode(" and then")[:2] for _ in prompts]
@@ -135,5 +138,6 @@ def test_a_decode_step_leaves_out_the_rows_of_prompts_still_prefilling(tiny_fold
     finally:
         engine.close()
     assert got == alone
-    # The 80-token prompt runs in chunks (12, then 15 at a time) beside the short one's first 5 decode steps: 1 row each.
+    # The 80-token prompt runs in chunks (12, then 15 at a time) beside the short one's first 5 decode steps:
+    # 1 row each.
     assert widths[:5] == [1] * 5 and 2 in widths, widths

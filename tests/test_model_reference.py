@@ -68,7 +68,10 @@ class GgufLlama:
             x = x + attn @ self.w(p + "attn_output.weight").T
             h = self.norm(x, self.w(p + "ffn_norm.weight"))
             gate = h @ self.w(p + "ffn_gate.weight").T
-            x = x + ((gate / (1 + np.exp(-gate))) * (h @ self.w(p + "ffn_up.weight").T)) @ self.w(p + "ffn_down.weight").T
+            x = (
+                x
+                + ((gate / (1 + np.exp(-gate))) * (h @ self.w(p + "ffn_up.weight").T)) @ self.w(p + "ffn_down.weight").T
+            )
         x = self.norm(x, self.w("output_norm.weight"))
         return x @ self.w("token_embd.weight").T
 
@@ -82,7 +85,9 @@ def run_onnx(session, ids, past=None, past_len=0):
     }
     for i in range(n_layers):
         for kind in ("key", "value"):
-            feeds[f"past_key_values.{i}.{kind}"] = past[f"present.{i}.{kind}"] if past else np.zeros((1, 3, 0, 64), np.float32)
+            feeds[f"past_key_values.{i}.{kind}"] = (
+                past[f"present.{i}.{kind}"] if past else np.zeros((1, 3, 0, 64), np.float32)
+            )
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(None, feeds)))
 

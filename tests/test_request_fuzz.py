@@ -62,11 +62,25 @@ def json_text(value) -> str:
 
 RAW_JSON = st.one_of(
     JSON_VALUES.map(json_text),
-    st.sampled_from([DEEP, '{"a":' * 2000 + "1" + "}" * 2000, "[" + HUGE_INT + "]", '{"max_tokens": ' + HUGE_INT + "}",
-                     '{"temperature": NaN}', '{"temperature": 1e-320}', '{"stop": ["\\ud800"]}', '[{"role": "user", '
-                     '"content": "\\udc00"}]', '{"mode": "prompt_lookup", "ngram": 100000}', '{"seed": 18446744073709551616}',
-                     '{"stop": ' + json.dumps(["s"] * 1000) + "}", '{"stop_token_ids": ' + json.dumps(list(range(5000))) + "}",
-                     '{"guided_decoding": {"regex": "' + "a" * 200000 + '"}}', "not json", '"\\ud800"']),
+    st.sampled_from(
+        [
+            DEEP,
+            '{"a":' * 2000 + "1" + "}" * 2000,
+            "[" + HUGE_INT + "]",
+            '{"max_tokens": ' + HUGE_INT + "}",
+            '{"temperature": NaN}',
+            '{"temperature": 1e-320}',
+            '{"stop": ["\\ud800"]}',
+            '[{"role": "user", "content": "\\udc00"}]',
+            '{"mode": "prompt_lookup", "ngram": 100000}',
+            '{"seed": 18446744073709551616}',
+            '{"stop": ' + json.dumps(["s"] * 1000) + "}",
+            '{"stop_token_ids": ' + json.dumps(list(range(5000))) + "}",
+            '{"guided_decoding": {"regex": "' + "a" * 200000 + '"}}',
+            "not json",
+            '"\\ud800"',
+        ]
+    ),
 )
 STRINGS = st.one_of(TEXT.map(lambda t: t.encode("utf-8", "surrogatepass")), RAW_JSON.map(str.encode),
                     st.sampled_from([b"\xff\xfe", b"x" * (2 << 20), b"\x00"]))
@@ -85,7 +99,9 @@ def input_values(name: str, kind: str):
         values = st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)
     else:
         info = np.iinfo(dtype)
-        values = st.one_of(st.integers(int(info.min), int(info.max)), st.sampled_from([int(info.min), int(info.max), 0]))
+        values = st.one_of(
+            st.integers(int(info.min), int(info.max)), st.sampled_from([int(info.min), int(info.max), 0])
+        )
     return size.flatmap(lambda n: st.lists(values, min_size=n, max_size=n)).map(lambda v: np.array(v, dtype=dtype))
 
 
@@ -149,16 +165,30 @@ def test_parsing_hostile_requests_gives_a_result_or_a_named_error(tiny_engine, c
 
 HOSTILE = [  # the findings, each by name
     {"messages": np.array([DEEP.encode()], np.object_)},
-    {"text_input": np.array([b"Hi"], np.object_), "sampling_parameters": np.array([('{"max_tokens": ' + HUGE_INT + "}").encode()], np.object_)},
+    {
+        "text_input": np.array([b"Hi"], np.object_),
+        "sampling_parameters": np.array([('{"max_tokens": ' + HUGE_INT + "}").encode()], np.object_),
+    },
     {"messages": np.array([b'[{"role": "user", "content": "\\ud800"}]'], np.object_)},
-    {"text_input": np.array([b"Hi"], np.object_), "end_id": np.array([99999], np.int32), "min_length": np.array([3], np.int32)},
+    {
+        "text_input": np.array([b"Hi"], np.object_),
+        "end_id": np.array([99999], np.int32),
+        "min_length": np.array([3], np.int32),
+    },
     {"text_input": np.array([b"Hi"], np.object_), "temperature": np.array([1e-40], np.float32)},
-    {"text_input": np.array([b"Hi"], np.object_), "temperature": np.array([0.5], np.float32),
-     "repetition_penalty": np.array([3e38], np.float32), "return_log_probs": np.array([True]),
-     "top_logprobs": np.array([5], np.int32)},
+    {
+        "text_input": np.array([b"Hi"], np.object_),
+        "temperature": np.array([0.5], np.float32),
+        "repetition_penalty": np.array([3e38], np.float32),
+        "return_log_probs": np.array([True]),
+        "top_logprobs": np.array([5], np.int32),
+    },
     {"text_input": np.array([b"Hi"], np.object_), "frequency_penalty": np.array([1e30], np.float32)},
     {"text_input": np.array([b"Hi"], np.object_), "stop_words": np.array([b"x"] * 5000, np.object_)},
-    {"text_input": np.array([b"Hi"], np.object_), "speculative": np.array([b'{"mode": "prompt_lookup", "ngram": 100000}'], np.object_)},
+    {
+        "text_input": np.array([b"Hi"], np.object_),
+        "speculative": np.array([b'{"mode": "prompt_lookup", "ngram": 100000}'], np.object_),
+    },
     {"text_input": np.array([b"Hi"], np.object_), "session_id": np.array([b"s" * 100000], np.object_)},
 ]
 

@@ -65,7 +65,9 @@ def test_precedence_tensor_then_sampling_parameters_then_parameter_then_default(
 
 
 def test_numbers_given_as_strings():
-    o = parse(sampling={"max_tokens": "16", "top_p": "0.5", "top_k": "3"}, parameters={"temperature": "0.5"}).request.options
+    o = parse(
+        sampling={"max_tokens": "16", "top_p": "0.5", "top_k": "3"}, parameters={"temperature": "0.5"}
+    ).request.options
     assert (o.max_new_tokens, o.top_p, o.top_k, o.temperature, o.greedy) == (16, 0.5, 3, 0.5, False)
     assert parse(parameters={"stream": "true", "exclude_input_in_output": "1"}).mode == parse(
         {"stream": np.array([True]), "exclude_input_in_output": np.array([True])}).mode
@@ -185,7 +187,12 @@ def test_bad_stops():
 
 def test_logprobs():
     assert parse({"return_log_probs": np.array([True])}).request.options.top_logprobs == 0
-    assert parse({"return_log_probs": np.array([True]), "top_logprobs": np.array([5], np.int32)}).request.options.top_logprobs == 5
+    assert (
+        parse(
+            {"return_log_probs": np.array([True]), "top_logprobs": np.array([5], np.int32)}
+        ).request.options.top_logprobs
+        == 5
+    )
     assert parse(sampling={"logprobs": 20}).request.options.top_logprobs == 20
     assert "top_logprobs" in error({"top_logprobs": np.array([21], np.int32)})
     assert "logprobs" in error(sampling={"logprobs": 21})
@@ -222,7 +229,13 @@ def test_scalar_tensor_with_two_values_is_rejected():
 def test_float_options_reach_the_request():
     o = parse(sampling={"top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1, "frequency_penalty": 0.5,
                         "presence_penalty": -0.25}).request.options
-    assert (o.top_p, o.min_p, o.repetition_penalty, o.frequency_penalty, o.presence_penalty) == (0.9, 0.05, 1.1, 0.5, -0.25)
+    assert (o.top_p, o.min_p, o.repetition_penalty, o.frequency_penalty, o.presence_penalty) == (
+        0.9,
+        0.05,
+        1.1,
+        0.5,
+        -0.25,
+    )
 
 
 def test_sizes_are_checked_before_the_chat_is_rendered_or_anything_tokenized():
@@ -230,7 +243,9 @@ def test_sizes_are_checked_before_the_chat_is_rendered_or_anything_tokenized():
     render = lambda messages: rendered.append(messages) or "x"  # noqa: E731
     limits = RequestLimits(max_prompt_bytes=1000)
     big_chat = json.dumps([{"role": "user", "content": "y" * 2000}]).encode()
-    with pytest.raises(RequestError, match=r"messages is \d+ bytes, over the limit of 1000 \(generator setting max_prompt_bytes\)"):
+    with pytest.raises(
+        RequestError, match=r"messages is \d+ bytes, over the limit of 1000 \(generator setting max_prompt_bytes\)"
+    ):
         parse_request({"messages": np.array([big_chat], np.object_)}, {}, {}, render, limits)
     with pytest.raises(RequestError, match="text_input is 2000 bytes"):
         parse_request({"text_input": np.array([b"z" * 2000], np.object_)}, {}, {}, render, limits)

@@ -10,7 +10,9 @@ LOGITS = np.array([1.0, 3.0, 2.0, 0.5, -1.0, 2.5], dtype=np.float32)
 
 def sampler(prompt=(), eos=None, vocab=None, **opts):
     opts.setdefault("greedy", False)
-    return RequestSampler(GenerateOptions(**opts), list(prompt), vocab or LOGITS.shape[0], () if eos is None else (eos,))
+    return RequestSampler(
+        GenerateOptions(**opts), list(prompt), vocab or LOGITS.shape[0], () if eos is None else (eos,)
+    )
 
 
 def kept(x):
@@ -155,7 +157,9 @@ def test_chosen_token_outside_top_is_still_listed():
         assert lp.top[0][0] == 1
         seen_low |= lp.token_id == 0
     assert seen_low
-    assert sampler(greedy=True, top_logprobs=0).choose(LOGITS).logprob.top == [(1, pytest.approx(np.log(softmax(LOGITS)[1]), abs=1e-5))]
+    assert sampler(greedy=True, top_logprobs=0).choose(LOGITS).logprob.top == [
+        (1, pytest.approx(np.log(softmax(LOGITS)[1]), abs=1e-5))
+    ]
 
 
 def test_logprobs_come_from_the_processed_distribution():

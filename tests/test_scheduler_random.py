@@ -52,7 +52,8 @@ def solo(tiny_folder):
 
 
 def wave(rng: random.Random, prefixes: list[list[int]], history: dict, vocab: int) -> list[dict]:
-    """One wave of requests: a turn for most sessions, plain requests on the shared prefixes, maybe an oversize prompt."""
+    """One wave of requests: a turn for most sessions, plain requests on the shared prefixes, maybe an oversize
+    prompt."""
     specs = []
     for sid in SESSIONS:
         if rng.random() < 0.75:
@@ -60,13 +61,17 @@ def wave(rng: random.Random, prefixes: list[list[int]], history: dict, vocab: in
             specs.append({"ids": base + [rng.randrange(3, vocab) for _ in range(rng.randrange(1, 9))],
                           "session": sid, "end": rng.random() < 0.2})
     for _ in range(rng.randrange(3, 7)):
-        ids = rng.choice(prefixes)[: rng.randrange(4, 40)] + [rng.randrange(3, vocab) for _ in range(rng.randrange(1, 30))]
+        ids = rng.choice(prefixes)[: rng.randrange(4, 40)] + [
+            rng.randrange(3, vocab) for _ in range(rng.randrange(1, 30))
+        ]
         specs.append({"ids": ids})
     if rng.random() < 0.7:  # most of the pool: only evicting pins (several over one page) makes room
         ids = rng.choice(prefixes) + [rng.randrange(3, vocab) for _ in range(rng.randrange(60, 100))]
         specs.append({"ids": ids})
     if rng.random() < 0.5:
-        specs.append({"ids": [rng.randrange(3, vocab) for _ in range(CONTEXT + rng.randrange(0, 20))], "too_long": True})
+        specs.append(
+            {"ids": [rng.randrange(3, vocab) for _ in range(CONTEXT + rng.randrange(0, 20))], "too_long": True}
+        )
     for spec in specs:
         spec["n"] = rng.randrange(1, 14)
         spec["priority"] = rng.choice(list(Priority))

@@ -117,7 +117,9 @@ def test_a_shared_thousand_token_prefix_is_reused_and_lookup_stays_greedy(served
     assert second["hit"] >= len(shared) // 16 * 16 - 16
     story = served.tokenizer.encode("one two three four five six seven eight nine ten one two three four five")
     plain = ask(served, ids_input(story, 16))["ids"]
-    lookup = ask(served, ids_input(story, 16, speculative=text('{"mode": "prompt_lookup", "ngram": 2, "max_tokens": 4}')))
+    lookup = ask(
+        served, ids_input(story, 16, speculative=text('{"mode": "prompt_lookup", "ngram": 2, "max_tokens": 4}'))
+    )
     assert lookup["ids"] == plain
 
 
@@ -126,9 +128,16 @@ def test_a_json_schema_constraint_validates(served):
                                                "age": {"type": "integer", "minimum": 0, "maximum": 150}},
               "required": ["name", "age"], "additionalProperties": False}
     chat = [{"role": "user", "content": "Describe a person called Ada, aged 36, as JSON."}]
-    out = ask(served, {"messages": text(json.dumps(chat)), "max_tokens": I32(80),
-                       "exclude_input_in_output": np.array([True]),
-                       "guided_decoding_guide_type": text("json_schema"), "guided_decoding_guide": text(json.dumps(schema))})
+    out = ask(
+        served,
+        {
+            "messages": text(json.dumps(chat)),
+            "max_tokens": I32(80),
+            "exclude_input_in_output": np.array([True]),
+            "guided_decoding_guide_type": text("json_schema"),
+            "guided_decoding_guide": text(json.dumps(schema)),
+        },
+    )
     print(f"{served.name}: {out['text']!r}")
     assert out["finish"] == "eos_token"
     jsonschema.validate(json.loads(out["text"]), schema)

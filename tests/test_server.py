@@ -88,7 +88,9 @@ def test_only_requested_outputs_are_sent(server):
 
 
 def test_http_generate_echoes_prompt_and_counts_tokens(server):
-    status, body = post(server, "/v2/models/generator/generate", {"text_input": "The capital of France is", "max_tokens": 6})
+    status, body = post(
+        server, "/v2/models/generator/generate", {"text_input": "The capital of France is", "max_tokens": 6}
+    )
     assert status == 200, body
     out = json.loads(body)
     assert out["text_output"].startswith("The capital of France is Paris")
@@ -108,7 +110,9 @@ def test_http_generate_stream_sends_sse_events(server):
     assert all(f == "" for f in finishes[:-1]) and finishes[-1] in ("max_tokens", "stop_sequence:0")
     streamed = "".join(e["text_output"] for e in events)
     assert "six" not in streamed
-    status, whole = post(server, "/v2/models/generator/generate", {**body, "stream": False, "exclude_input_in_output": True})
+    status, whole = post(
+        server, "/v2/models/generator/generate", {**body, "stream": False, "exclude_input_in_output": True}
+    )
     assert json.loads(whole)["text_output"] == streamed
 
 

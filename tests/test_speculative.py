@@ -52,7 +52,10 @@ def test_oracle_rollback_keeps_greedy_output(tiny_folder, right):
     cases = [
         (GenerateOptions(max_new_tokens=40, stop_on_eos=False), None),
         (GenerateOptions(max_new_tokens=23, stop_on_eos=False), FinishReason.MAX_TOKENS),
-        (GenerateOptions(max_new_tokens=40, stop_on_eos=False, stop_sequences=[(stop,)]), FinishReason.stop_sequence(0)),
+        (
+            GenerateOptions(max_new_tokens=40, stop_on_eos=False, stop_sequences=[(stop,)]),
+            FinishReason.stop_sequence(0),
+        ),
     ]
     for options, expected_reason in cases:
         plain = Engine(tiny_folder)

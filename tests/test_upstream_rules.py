@@ -99,7 +99,9 @@ def test_a_head_config_carries_its_own_k(tiny_folder, tmp_path):
         mode = SpeculativeMode("eagle3")
         assert engine.speculation.for_request(GenerateOptions(speculative_mode=mode))[2] == 2
         assert engine.speculation.for_request(GenerateOptions(speculative_mode=mode, num_speculative_tokens=3))[2] == 3
-        assert engine.speculation.for_request(GenerateOptions(speculative_mode=SpeculativeMode("prompt_lookup")))[2] == 4
+        assert (
+            engine.speculation.for_request(GenerateOptions(speculative_mode=SpeculativeMode("prompt_lookup")))[2] == 4
+        )
     finally:
         engine.close()
 

@@ -42,7 +42,9 @@ def test_special_tokens_and_stop_strings_in_the_text(tiny):
     eos = tiny.tokenizer.eos_token_id
     options = dict(logit_bias={eos: 100.0}, stop_on_eos=False)
     hidden = tiny.generate(GenerateRequest("Hi", GenerateOptions(max_new_tokens=2, **options)))
-    shown = tiny.generate(GenerateRequest("Hi", GenerateOptions(max_new_tokens=2, skip_special_tokens=False, **options)))
+    shown = tiny.generate(
+        GenerateRequest("Hi", GenerateOptions(max_new_tokens=2, skip_special_tokens=False, **options))
+    )
     assert hidden.text == "" and shown.text == "<|im_end|><|im_end|>"
     plain = tiny.generate(GenerateRequest("Hello world", greedy(12))).text
     stop = plain[3:5]
