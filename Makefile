@@ -45,8 +45,10 @@ bench: models foreign-models
 soak: models
 	$(PY) bench/soak.py --duration 300 --clients 32
 
+# Ruff on all of the Python; mypy on the tritongen package (its settings: [tool.mypy] in pyproject.toml).
 lint: setup
 	$(PY) -m ruff check backend_src client tests bench
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) .venv-genai .venv-optimum foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/target_gqa_int4 model_repository/draft_gqa model_repository/*_head

@@ -25,7 +25,8 @@ def tensor(name: str, value: np.ndarray) -> grpcclient.InferInput:
 
 def build_inputs(args: argparse.Namespace) -> list[grpcclient.InferInput]:
     if args.chat:
-        prompt = tensor("messages", np.array([json.dumps([{"role": "user", "content": args.prompt}]).encode()], dtype=np.object_))
+        messages = json.dumps([{"role": "user", "content": args.prompt}])
+        prompt = tensor("messages", np.array([messages.encode()], dtype=np.object_))
     else:
         prompt = tensor("text_input", np.array([args.prompt.encode()], dtype=np.object_))
     inputs = [

@@ -334,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
               f"  control APIs need the header {OPERATOR_HEADER} (gRPC: {GRPC_OPERATOR_HEADER}), "
               + (f"key in {server.key_file}" if server.key_file else f"key from {OPERATOR_KEY_ENV}"),
               flush=True)
+        assert server.process is not None  # start() launched it (or raised)
         rc = server.process.wait()
         print(f"tritonserver exited with code {rc}; log tail:\n{server.log_tail()}", file=sys.stderr)
         return rc or 1

@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypedDict
 
 import numpy as np
 from llguidance import LLExecutor, LLMatcher, LLParserLimits, LLTokenizer, grammar_from
@@ -19,11 +20,25 @@ from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask_par
 
 from .options import GenerateConstraint
 
+
+class ParserLimits(TypedDict, total=False):
+    """LLParserLimits' keyword arguments."""
+
+    max_items_in_row: int
+    initial_lexer_fuel: int
+    step_lexer_fuel: int
+    step_max_items: int
+    max_lexer_states: int
+    max_grammar_size: int
+    precompute_large_lexemes: bool
+    verbose_errors: bool
+
+
 # What one grammar may cost, in llguidance's own units: compiling (lexer fuel ~50k/ms, grammar symbols),
 # each token's mask (fuel ~14k/ms, Earley items ~20k/ms) and memory (lexer states, 1-2 kB each). Errors
 # stay terse: verbose ones would echo parser state back to the client.
-LIMITS = dict(max_items_in_row=2000, initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000, step_max_items=50_000,
-              max_lexer_states=50_000, max_grammar_size=100_000, verbose_errors=False)
+LIMITS = ParserLimits(max_items_in_row=2000, initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000,
+                      step_max_items=50_000, max_lexer_states=50_000, max_grammar_size=100_000, verbose_errors=False)
 
 _ANY_JSON = {"anyOf": [{"type": "object"}, {"type": "array"}, {"type": "string"}, {"type": "number"},
                        {"type": "boolean"}, {"type": "null"}]}
@@ -42,8 +57,12 @@ class ConstraintCompiler:
             elif constraint.kind == "json_schema":
                 json.loads(constraint.text)
                 grammar = grammar_from("json_schema", constraint.text)
-            else:
-                grammar = grammar_from(constraint.kind, constraint.text)
+            elif constraint.kind == "regex":
+                grammar = grammar_from("regex", constraint.text)
+            elif constraint.kind == "lark":
+                grammar = grammar_from("lark", constraint.text)
+            else:  # GenerateConstraint admits no other kind
+                raise ValueError(f"unknown constraint kind {constraint.kind!r}")
         except (ValueError, TypeError) as exc:
             raise ValueError(f"invalid {constraint.kind} constraint: {exc}") from None
         matcher = LLMatcher(self.tokenizer, grammar, log_level=0, limits=LLParserLimits(**LIMITS))

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..kv.codec import codec
 from ..kv.page_pool import PagePool
@@ -48,6 +48,9 @@ from .sequence import DoneCallback, Sequence, Status, TokenCallback
 from .snapshot import EngineSnapshot
 from .speculation import Speculation
 from .stopping import StopChecker
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher
 
 
 class EngineStopped(RuntimeError):
@@ -80,7 +83,7 @@ class PreparedRequest:
     prompt_ids: list[int]
     options: GenerateOptions
     context_limit: int
-    matcher: object | None  # llguidance LLMatcher for a constrained request
+    matcher: LLMatcher | None  # for a constrained request
     proposer: Proposer | None
     spec_mode: SpeculativeMode | None
     spec_k: int
@@ -333,8 +336,9 @@ class Engine:
             while self._commands:
                 self.kv.close_session(self._commands.popleft())
         self.kv.expire_sessions(time.monotonic())
-        if not sched.has_work() and sched.not_arrived:
-            self.stats.steps = max(self.stats.steps, sched.next_arrival_step())  # idle: jump to the next arrival
+        next_arrival = sched.next_arrival_step()  # None: nothing is waiting to arrive
+        if not sched.has_work() and next_arrival is not None:
+            self.stats.steps = max(self.stats.steps, next_arrival)  # idle: jump to the next arrival
         return True
 
     def _step(self) -> None:

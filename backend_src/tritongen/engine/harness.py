@@ -8,16 +8,21 @@ from collections import deque
 
 from .engine import Engine
 from .options import PrioritizedGenerateResult, ScheduledGenerateArrival
+from .sequence import DoneCallback
 
 
 def generate_scheduled(engine: Engine, arrivals: list[ScheduledGenerateArrival]) -> list[PrioritizedGenerateResult]:
     """Run requests that become visible at given step counts (from now); results in the order given."""
     done: queue.Queue = queue.Queue()
     base = engine.steps
+
+    def finished(index: int) -> DoneCallback:
+        return lambda result, error: done.put((index, result, error))
+
     for index, arrival in enumerate(arrivals):
         r = arrival.request
         engine.submit(r.request, priority=r.priority, session_id=r.session_id, arrival_step=base + arrival.arrival_step,
-                      on_done=lambda result, error, i=index: done.put((i, result, error)))
+                      on_done=finished(index))
     results: list = [None] * len(arrivals)
     for _ in arrivals:
         i, result, error = done.get()

@@ -9,6 +9,8 @@ step (its proposer, its constraint, its callback) ends that request alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..kv.manager import KvManager
@@ -19,6 +21,9 @@ from .sampling import TokenChoice
 from .scheduler import StepPlan
 from .sequence import Sequence
 from .step_outcomes import StepOutcomes
+
+if TYPE_CHECKING:
+    from llguidance import LLMatcher
 
 
 class ModelRunner:
@@ -91,7 +96,7 @@ class ModelRunner:
 
     def _decode_batch(self, rows: list[Sequence], running: list[Sequence], outcomes: StepOutcomes) -> None:
         # Up to the last decoding row: rows after it (prompts still prefilling) are left out of the call.
-        width = len(running) if self.decoder.decodes_all_rows else 1 + max(s.slot for s in rows)
+        width = len(running) if self.decoder.decodes_all_rows else 1 + max(_slot(s) for s in rows)
         ids = np.zeros((width, 1), np.int64)
         seqlens = np.empty(width, np.int32)
         for slot, seq in enumerate(running[:width]):
@@ -101,7 +106,7 @@ class ModelRunner:
             if seq.is_decoding:
                 ids[slot, 0] = seq.tokens[-1]
         constrained = [s for s in rows if s.matcher is not None]
-        masks = self.masks.start([s.matcher for s in constrained]) if constrained else None  # runs beside the model
+        masks = self.masks.start(_matchers(constrained)) if constrained else None  # runs beside the model
         hidden_names = _hidden_names(rows)
         logits, extras = self.decoder.decode(ids, seqlens, hidden_names)
         for seq in rows if hidden_names else ():
@@ -109,7 +114,7 @@ class ModelRunner:
         allowed = self._allowed(constrained, masks)
         broken = [s for s in constrained if s.request_id not in allowed]
         for seq in broken:  # their matcher failed while the masks were computed: they fail, the others go on
-            outcomes.end(seq, RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}"))
+            outcomes.end(seq, _constraint_failed(seq))
         rows = [s for s in rows if s not in broken]
         self.stats.decode_steps += 1
         self.stats.decode_log.append(tuple(s.request_id for s in rows))
@@ -132,9 +137,11 @@ class ModelRunner:
 
     def _verify(self, seq: Sequence, proposal: Proposal, outcomes: StepOutcomes) -> None:
         """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""
+        proposer = seq.proposer
+        assert proposer is not None  # only a speculating row has a proposal
         start, k = seq.num_computed, len(proposal.tokens)
         ids = np.array([[seq.tokens[-1], *proposal.tokens]], np.int64)
-        logits, extras = self.decoder.prefill(seq.slot, ids, start, seq.proposer.hidden_outputs, all_logits=True)
+        logits, extras = self.decoder.prefill(seq.slot, ids, start, proposer.hidden_outputs, all_logits=True)
         rows = logits[0].copy()
         self.stats.verify_calls += 1
         accepted = 0
@@ -156,20 +163,20 @@ class ModelRunner:
         self.stats.drafted_tokens += k
         self.stats.accepted_tokens += accepted
         self.kv.commit_full_pages(seq)
-        seq.proposer.accepted(seq, accepted, k)
+        proposer.accepted(seq, accepted, k)
 
     def _prefill(self, seq: Sequence, n: int, outcomes: StepOutcomes) -> None:
         start = seq.num_computed
         chunk = np.array([seq.tokens[start:start + n]], np.int64)
         samples = start + n == seq.prefill_target and seq.num_generated == 0
         constrained = [seq] if samples and seq.matcher is not None else []
-        masks = self.masks.start([seq.matcher]) if constrained else None
+        masks = self.masks.start(_matchers(constrained)) if constrained else None
         hidden_names = seq.proposer.hidden_outputs if samples and seq.proposer is not None else ()
         logits, extras = self.decoder.prefill(seq.slot, chunk, start, hidden_names)
         seq.hidden = {n: extras[n][0, -1].copy() for n in hidden_names}
         allowed = self._allowed(constrained, masks)
         if constrained and seq.request_id not in allowed:
-            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
+            raise _constraint_failed(seq)
         seq.num_computed += n
         self.kv.commit_full_pages(seq)
         if samples:
@@ -181,7 +188,7 @@ class ModelRunner:
             return None
         allowed = self._allowed([seq], self.masks.start([seq.matcher]))
         if seq.request_id not in allowed:
-            raise RuntimeError(f"constraint failed: {seq.matcher.get_error() or 'LLMatcher error'}")
+            raise _constraint_failed(seq)
         return allowed[seq.request_id]
 
     def _allowed(self, constrained: list[Sequence], masks) -> dict[int, np.ndarray]:
@@ -195,12 +202,31 @@ class ModelRunner:
             allowed = {}
             for seq in constrained:
                 try:
-                    allowed[seq.request_id] = allowed_tokens(self.masks.start([seq.matcher]).result()[0],
+                    allowed[seq.request_id] = allowed_tokens(self.masks.start(_matchers([seq])).result()[0],
                                                              self.vocab_size)
                 except Exception:  # noqa: BLE001
                     pass
             return allowed
         return {s.request_id: allowed_tokens(words[i], self.vocab_size) for i, s in enumerate(constrained)}
+
+
+def _slot(seq: Sequence) -> int:
+    assert seq.slot is not None  # a row of a step is running, so it holds a slot
+    return seq.slot
+
+
+def _matchers(constrained: list[Sequence]) -> list[LLMatcher]:
+    """The matchers of constrained sequences (each has one: that is what constrained means)."""
+    matchers = []
+    for seq in constrained:
+        assert seq.matcher is not None
+        matchers.append(seq.matcher)
+    return matchers
+
+
+def _constraint_failed(seq: Sequence) -> RuntimeError:
+    error = seq.matcher.get_error() if seq.matcher is not None else ""
+    return RuntimeError(f"constraint failed: {error or 'LLMatcher error'}")
 
 
 def _hidden_names(rows: list[Sequence]) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Optional, Union
+from typing import ClassVar, Optional, Union
 
 from ..kv.codec import KV_DTYPES
 from ..kv.connector_config import KvConnectorConfig
@@ -139,6 +139,11 @@ class FinishReason:
 
     kind: str
     index: Optional[int] = None
+    # The fixed reasons, assigned below the class (instances cannot be built inside its body).
+    MAX_TOKENS: ClassVar[FinishReason]
+    EOS_TOKEN: ClassVar[FinishReason]
+    LENGTH: ClassVar[FinishReason]
+    CANCELLED: ClassVar[FinishReason]
 
     def __str__(self) -> str:
         return self.kind if self.index is None else f"{self.kind}:{self.index}"
@@ -205,7 +210,7 @@ class SchedulerConfig:
     max_num_seqs: int = 16
     # Tokens per step: one per decoding sequence, the rest for prompt chunks.
     max_num_batched_tokens: int = 256
-    policy: SchedulingPolicy = SchedulingPolicy.PRIORITY
+    policy: SchedulingPolicy | str = SchedulingPolicy.PRIORITY  # a str is checked and converted by validate()
     # Ours: a request moves up one priority level for each this many seconds it has waited in the queue
     # (low ranks as normal after it, as high after twice it), so none waits behind later arrivals forever.
     priority_aging_seconds: float = 30.0

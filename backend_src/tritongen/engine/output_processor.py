@@ -34,6 +34,8 @@ def emit(seq: Sequence, choice: TokenChoice, step: int, outcomes: StepOutcomes) 
     if reason is None and seq.matcher is not None and seq.matcher.is_stopped() and token in seq.stopper.eos_token_ids:
         reason = FinishReason.EOS_TOKEN  # the constraint is complete: min_length cannot ask for more
     if seq.logprobs is not None:
+        # The list exists only when the request asked for top_logprobs, and then its sampler reports them.
+        assert choice.logprob is not None
         seq.logprobs.append(choice.logprob)
     try:
         if seq.on_token is not None:

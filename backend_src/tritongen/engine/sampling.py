@@ -48,8 +48,9 @@ class RequestSampler:
         self.bias_ids = np.array([i for i in options.logit_bias if 0 <= i < vocab_size], np.int64)
         self.bias = np.array([options.logit_bias[i] for i in self.bias_ids.tolist()], np.float32)
         self.generated: list[int] = []  # the output so far, for bad words
-        self.seen = None
-        self.output_counts = None
+        # Both are set exactly when uses_penalties is.
+        self.seen: np.ndarray | None = None
+        self.output_counts: np.ndarray | None = None
         if self.uses_penalties:
             self.seen = np.zeros(vocab_size, dtype=bool)
             self.seen[[i for i in prompt_ids if 0 <= i < vocab_size]] = True
@@ -67,6 +68,7 @@ class RequestSampler:
         if self.options.bad_words_ids:
             self.generated.append(token_id)
         if self.uses_penalties and 0 <= token_id < self.vocab_size:
+            assert self.seen is not None and self.output_counts is not None
             self.seen[token_id] = True
             self.output_counts[token_id] += 1
 
@@ -80,9 +82,11 @@ class RequestSampler:
         if self.repetition_penalty is not None:
             seen = x[self.seen]
             x[self.seen] = np.where(seen > 0, seen / self.repetition_penalty, seen * self.repetition_penalty)
-        if o.frequency_penalty != 0.0:
+        if o.frequency_penalty != 0.0:  # a penalty: uses_penalties, so the counts exist
+            assert self.output_counts is not None
             x -= o.frequency_penalty * self.output_counts
         if o.presence_penalty != 0.0:
+            assert self.output_counts is not None
             x -= o.presence_penalty * (self.output_counts > 0)
         if self.bias_ids.size:
             x[self.bias_ids] += self.bias
@@ -120,6 +124,7 @@ class RequestSampler:
         if self.greedy:
             token = int(np.argmax(x))
         else:
+            assert self.rng is not None  # every non-greedy request has one
             probs = _softmax(x)
             token = int(np.searchsorted(np.cumsum(probs), self.rng.random() * probs.sum(), side="right"))
             token = min(token, x.shape[0] - 1)
@@ -140,6 +145,7 @@ class RequestSampler:
         if self.greedy:
             return self.choose(logits, allowed)
         x = self.process(logits, allowed)
+        assert self.rng is not None  # every non-greedy request has one
         p = _softmax(x)
         q = draft_probs if draft_probs is not None else np.eye(1, p.shape[0], draft, dtype=np.float64)[0]
         if q[draft] > 0 and self.rng.random() < min(1.0, p[draft] / q[draft]):

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..kv.manager import KvManager
 from .options import Priority, SchedulerConfig, SchedulingPolicy
 from .sequence import Sequence, Status
+
+if TYPE_CHECKING:
+    from ..speculative.proposer import Proposer
 
 
 @dataclass
@@ -42,7 +46,7 @@ class Scheduler:
         self.running: list[Sequence] = []  # index == slot
         self.num_preemptions = 0
         self.failed_admissions = 0
-        self.slot_listeners: list = []  # per-slot state beside the target's (speculative proposers)
+        self.slot_listeners: list[Proposer] = []  # per-slot state beside the target's (speculative proposers)
 
     def _level(self, seq: Sequence, now: float) -> int:
         """Priority after aging: one level up per `priority_aging_seconds` spent waiting, at most high."""
@@ -93,11 +97,13 @@ class Scheduler:
     def remove(self, seq: Sequence, keep_session: bool) -> None:
         """Take a sequence out of the running batch; the last row moves into its slot."""
         slot = seq.slot
+        assert slot is not None  # a running sequence's slot is its row in `running`
         self.kv.release(seq, keep_session)
         for listener in self.slot_listeners:
             listener.release(slot)
         last = self.running.pop()
         if last is not seq:
+            assert last.slot is not None  # running too
             self.kv.slots.move(last.slot, slot, last.num_computed)
             for listener in self.slot_listeners:
                 listener.move(last.slot, slot, last.num_computed)
@@ -138,6 +144,7 @@ class Scheduler:
                 continue
             while not self.kv.reserve(seq, seq.num_computed + 1):
                 victim = self._victim(None, now)
+                assert victim is not None  # `seq` itself runs, so there is always one
                 if victim is seq and len(self.running) == 1:
                     plan.out_of_pages.append(seq)
                     break

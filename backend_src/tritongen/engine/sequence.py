@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 
+from ..kv.connector import KvCacheKey
 from ..kv.prefix_cache import Node
 from ..runtime.tokenizer import IncrementalDetokenizer
 from .options import FinishReason, GenerateResult, GenerateToken, Priority, RequestTiming, TokenLogprob
@@ -62,7 +63,7 @@ class Sequence:
     drafted: int = 0
     accepted: int = 0
     hidden: dict = field(default_factory=dict)  # target hidden states at the last computed token
-    chunk_keys: list | None = None  # KV connector keys of the prompt's complete chunks
+    chunk_keys: list[KvCacheKey] | None = None  # KV connector keys of the prompt's complete chunks
     chunks_stored: int = 0  # leading prompt chunks the connector already holds
     num_preemptions: int = 0
     cancel_requested: bool = False

@@ -50,7 +50,9 @@ def codec(name: str) -> KvCodec:
     if name == "int8":
         return KvCodec("int8", np.dtype(np.int8), True, 127.0)
     if name == "fp8_e4m3fn":
-        return KvCodec(name, np.dtype(ml_dtypes.float8_e4m3fn), True, float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max))
+        fp8 = ml_dtypes.float8_e4m3fn
+        return KvCodec(name, np.dtype(fp8), True, float(ml_dtypes.finfo(fp8).max))
     if name == "fp8_e5m2":
-        return KvCodec(name, np.dtype(ml_dtypes.float8_e5m2), True, float(ml_dtypes.finfo(ml_dtypes.float8_e5m2).max))
+        fp8 = ml_dtypes.float8_e5m2
+        return KvCodec(name, np.dtype(fp8), True, float(ml_dtypes.finfo(fp8).max))
     raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_DTYPES)}, got {name!r}")

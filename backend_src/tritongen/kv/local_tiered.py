@@ -80,7 +80,8 @@ def _read_header(f, digest: str) -> dict:
             or not 0 < header["payload_bytes"] <= _raw_bytes(shape) + 1024 \
             or (header["compression"] == "none" and header["payload_bytes"] != _raw_bytes(shape)):
         raise CorruptChunk("header values out of range")
-    key = KvCacheKey(header["model_id"], tuple(layers), header["chunk_hash"], header["chunk_index"], header["num_tokens"])
+    key = KvCacheKey(header["model_id"], tuple(layers), header["chunk_hash"], header["chunk_index"],
+                     header["num_tokens"])
     if key.digest != digest:
         raise CorruptChunk("header does not match the file name")
     return header
@@ -109,6 +110,12 @@ class _Entry:
     path: Path | None = None  # disk tier only
     pinned: bool = False
 
+    @property
+    def file(self) -> Path:
+        """The file of a disk-tier entry (every one has it)."""
+        assert self.path is not None, "a CPU-tier entry has no file"
+        return self.path
+
 
 class _Tier:
     """Entries by digest in LRU order, with a byte budget and priority-first eviction."""
@@ -128,11 +135,14 @@ class _Tier:
         self.bytes += entry.size
         evicted = []
         while self.bytes > self.max_bytes:
-            victims = [(e.priority.value, i, d) for i, (d, e) in enumerate(self.entries.items()) if not e.pinned and d != digest]
+            victims = [(e.priority.value, i, d) for i, (d, e) in enumerate(self.entries.items())
+                       if not e.pinned and d != digest]
             if not victims:
                 break
             _, _, victim = min(victims)
-            evicted.append(self.remove(victim))
+            gone = self.remove(victim)
+            assert gone is not None  # a victim is one of the entries
+            evicted.append(gone)
         return evicted
 
     def remove(self, digest: str) -> _Entry | None:
@@ -142,20 +152,28 @@ class _Tier:
         return entry
 
 
+class _DiskTier(_Tier):
+    """The disk tier: its entries are the chunk files in `folder`."""
+
+    def __init__(self, max_bytes: int, folder: Path):
+        super().__init__(max_bytes)
+        self.folder = folder
+
+
 class LocalTieredConnector(KvCacheConnector):
     def __init__(self, config: LocalTieredConfig, model_id: str = ""):
         config.validate()
         self.config = config
         self.model_id = model_id
         self.cpu = _Tier(config.cpu_max_bytes)
-        self.disk = _Tier(config.disk_max_bytes) if config.disk_path else None
+        self.disk = _DiskTier(config.disk_max_bytes, Path(config.disk_path)) if config.disk_path else None
         self._lock = threading.Lock()
         # Bytes per second, refined from real transfers; the first guesses are conservative.
         self.bandwidth = {"cpu": 2e9, "disk": 2e8}
         self.stats = {"stored": 0, "store_dropped": 0, "bytes_stored": 0, "corrupt_dropped": 0, "stale_dropped": 0}
         if self.disk is not None:
-            Path(config.disk_path).mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._load_disk_index()
+            self.disk.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._load_disk_index(self.disk)
         self._queue: queue.Queue = queue.Queue(maxsize=64)
         self._writer = threading.Thread(target=self._drain, name="tritongen-kv-store", daemon=True)
         self._writer.start()
@@ -181,17 +199,17 @@ class LocalTieredConnector(KvCacheConnector):
         start = time.perf_counter()
         with self._lock:
             entry = self.cpu.entries.get(key.digest)
-            tier = "cpu"
+            tier, source = "cpu", self.cpu
             if entry is None and self.disk is not None:
-                entry, tier = self.disk.entries.get(key.digest), "disk"
+                entry, tier, source = self.disk.entries.get(key.digest), "disk", self.disk
             if entry is None:
                 return None
-            (self.cpu if tier == "cpu" else self.disk).touch(key.digest)
+            source.touch(key.digest)
         try:
-            payload = entry.payload if tier == "cpu" else self._read_payload(entry)
+            payload = self._cpu_payload(entry) if tier == "cpu" else self._read_payload(entry)
             kv = self._decode(entry.header, payload)
         except (OSError, CorruptChunk, zlib.error) as exc:  # never fatal: the engine recomputes this chunk
-            self._drop(key.digest, tier, exc)
+            self._drop(key.digest, source, exc)
             return None
         elapsed = time.perf_counter() - start
         with self._lock:
@@ -204,7 +222,8 @@ class LocalTieredConnector(KvCacheConnector):
     def prefetch(self, key: KvCacheKey) -> None:
         """Bring a disk chunk into the CPU tier now, so the fetch that follows is a memory read."""
         with self._lock:
-            on_disk_only = key.digest not in self.cpu.entries and self.disk is not None and key.digest in self.disk.entries
+            on_disk_only = (key.digest not in self.cpu.entries and self.disk is not None
+                            and key.digest in self.disk.entries)
         if on_disk_only:
             self.fetch(key)  # a disk fetch promotes; a corrupt file is dropped as on any fetch
 
@@ -220,10 +239,10 @@ class LocalTieredConnector(KvCacheConnector):
             if self.disk is not None:
                 entry = self.disk.remove(key.digest)
                 if entry is not None:
-                    entry.path.unlink(missing_ok=True)
+                    entry.file.unlink(missing_ok=True)
 
     def health(self) -> bool:
-        return self._writer.is_alive() and (self.disk is None or os.access(self.config.disk_path, os.W_OK))
+        return self._writer.is_alive() and (self.disk is None or os.access(self.disk.folder, os.W_OK))
 
     def capabilities(self) -> ConnectorCapabilities:
         return ConnectorCapabilities(prefetch=self.disk is not None, pinnable=True, compression=list(COMPRESSIONS))
@@ -263,7 +282,7 @@ class LocalTieredConnector(KvCacheConnector):
         with self._lock:  # CPU evictions need no write-back: with a disk tier, every chunk is written there too
             self.cpu.add(key.digest, _Entry(len(payload), entry.priority, header, payload))
         if self.disk is not None:
-            path = Path(self.config.disk_path) / f"{key.digest}.kv"
+            path = self.disk.folder / f"{key.digest}.kv"
             # Named after this process (and unique in it): two servers on one path never write the same file.
             tmp = path.with_name(f"{key.digest}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
             with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
@@ -271,20 +290,20 @@ class LocalTieredConnector(KvCacheConnector):
             os.replace(tmp, path)  # a crash never leaves a half-written chunk under its real name
             with self._lock:
                 for old in self.disk.add(key.digest, _Entry(len(payload), entry.priority, header, path=path)):
-                    old.path.unlink(missing_ok=True)
+                    old.file.unlink(missing_ok=True)
         self.stats["stored"] += 1
         self.stats["bytes_stored"] += len(payload)
 
     # ---- disk -------------------------------------------------------------
 
-    def _load_disk_index(self) -> None:
+    def _load_disk_index(self, disk: _DiskTier) -> None:
         """Rebuild the disk tier from its files after a restart; delete what must not be served or kept.
 
         Deleted: temporary files of processes that are gone, files whose header is bad, files an earlier
         build of this model wrote (same name, other weights digest), and what the byte budget evicts.
         Payloads are checked on fetch.
         """
-        folder = Path(self.config.disk_path)
+        folder = disk.folder
         for tmp in folder.glob("*.tmp"):
             parts = tmp.name.split(".")
             if len(parts) != 4 or not parts[1].isdigit() or not _pid_alive(int(parts[1])):
@@ -305,21 +324,27 @@ class LocalTieredConnector(KvCacheConnector):
                 self.stats["stale_dropped"] += 1
                 continue
             entry = _Entry(header["payload_bytes"], CachePriority[header["priority"]], header, path=path)
-            for old in self.disk.add(path.stem, entry):
-                old.path.unlink(missing_ok=True)
+            for old in disk.add(path.stem, entry):
+                old.file.unlink(missing_ok=True)
+
+    @staticmethod
+    def _cpu_payload(entry: _Entry) -> bytes:
+        assert entry.payload is not None  # the CPU tier keeps every payload in memory
+        return entry.payload
 
     @staticmethod
     def _read_payload(entry: _Entry) -> bytes:
-        with open(entry.path, "rb") as f:
-            _read_header(f, entry.path.stem)
+        with open(entry.file, "rb") as f:
+            _read_header(f, entry.file.stem)
             payload = f.read(entry.header["payload_bytes"] + 1)
-        if len(payload) != entry.header["payload_bytes"] or hashlib.sha256(payload).hexdigest() != entry.header["sha256"]:
+        if (len(payload) != entry.header["payload_bytes"]
+                or hashlib.sha256(payload).hexdigest() != entry.header["sha256"]):
             raise CorruptChunk("payload size or checksum mismatch")
         return payload
 
-    def _drop(self, digest: str, tier: str, reason: BaseException) -> None:
+    def _drop(self, digest: str, tier: _Tier, reason: BaseException) -> None:
         with self._lock:
-            entry = (self.cpu if tier == "cpu" else self.disk).remove(digest)
+            entry = tier.remove(digest)
         if entry is not None and entry.path is not None:
             entry.path.unlink(missing_ok=True)
         self.stats["corrupt_dropped"] += 1

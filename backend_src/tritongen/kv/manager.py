@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from .connector import CachePriority, KvCacheConnector, KvStoreEntry, chunk_keys
+from .connector import CachePriority, KvCacheConnector, KvCacheKey, KvStoreEntry, chunk_keys
 from .page_pool import PagePool
-from .prefix_cache import PrefixCache
+from .prefix_cache import Node, PrefixCache
 from .protocols import PagedSequence, SlotRows
 
 
@@ -69,7 +70,7 @@ class KvManager:
 
     # ---- admission -----------------------------------------------------------
 
-    def reusable(self, seq: PagedSequence) -> tuple[list[int], int, object]:
+    def reusable(self, seq: PagedSequence) -> tuple[list[int], int, SessionPin | Node]:
         """(pages holding reusable KV, tokens reused, trie node or session pin) for a sequence about to run.
 
         With a session pin the last page may be partly reused (its tail is
@@ -104,7 +105,7 @@ class KvManager:
             needed = self.pages_for(seq.prefill_target + 1) - len(pages) + idle_reused
         return needed <= self.pool.num_available() + self.evictable_pages(set(held))
 
-    def evictable_pages(self, held: set[int] = frozenset()) -> int:
+    def evictable_pages(self, held: AbstractSet[int] = frozenset()) -> int:
         """Pages that evicting every session pin would hand back to the pool, apart from `held`."""
         pins = Counter(p for pin in self.sessions.values() for p in pin.pages)
         return sum(1 for page, n in pins.items() if page not in held and self.pool.refcount[page] == n)
@@ -119,6 +120,7 @@ class KvManager:
             start = i * self.page_size
             self.slots.write(slot, start, self.pool.read(page, min(self.page_size, reused - start)))
         if isinstance(source, SessionPin):
+            assert seq.session_id is not None  # a pin is only looked up under the sequence's session id
             del self.sessions[seq.session_id]
             keep = reused // self.page_size  # full pages stay valid; a partial one will be rewritten
             for page in source.pages[keep:]:
@@ -138,9 +140,9 @@ class KvManager:
             seq.prefix_hit_len = reused
         return True
 
-    def _keys(self, seq: PagedSequence) -> list:
+    @staticmethod
+    def _keys(seq: PagedSequence, link: ConnectorLink) -> list[KvCacheKey]:
         if seq.chunk_keys is None:
-            link = self.link
             seq.chunk_keys = chunk_keys(link.model_id, link.num_layers, seq.prompt_ids, link.chunk_size)
         return seq.chunk_keys
 
@@ -150,7 +152,7 @@ class KvManager:
             return reused
         link, stats = self.link, self.connector_stats
         limit = seq.prefill_target - 1
-        keys = [k for k in self._keys(seq) if (k.chunk_index + 1) * link.chunk_size <= limit]
+        keys = [k for k in self._keys(seq, link) if (k.chunk_index + 1) * link.chunk_size <= limit]
         for key in keys[reused // link.chunk_size:]:
             location = link.connector.lookup(key)
             if not location.found:
@@ -171,16 +173,15 @@ class KvManager:
             seq.chunks_stored = max(seq.chunks_stored, key.chunk_index + 1)  # already held by the connector
         return reused
 
-    def _store_prompt_chunks(self, seq: PagedSequence) -> None:
+    def _store_prompt_chunks(self, seq: PagedSequence, link: ConnectorLink, slot: int) -> None:
         """Offer each complete prompt chunk to the connector once (the store itself runs in the background)."""
-        link = self.link
         done = min(seq.num_computed, len(seq.prompt_ids)) // link.chunk_size
-        keys = self._keys(seq)
+        keys = self._keys(seq, link)
         while seq.chunks_stored < done:
             key = keys[seq.chunks_stored]
             if not link.connector.lookup(key).found:
                 start = key.chunk_index * link.chunk_size
-                kv = self.slots.read(seq.slot, start, start + link.chunk_size)
+                kv = self.slots.read(slot, start, start + link.chunk_size)
                 link.connector.store(KvStoreEntry(key, kv, link.store_priority))
                 self.connector_stats["stored_chunks"] += 1
             seq.chunks_stored += 1
@@ -209,18 +210,20 @@ class KvManager:
 
     def commit_full_pages(self, seq: PagedSequence) -> None:
         """Copy newly completed pages from the slot to the store and offer them to the prefix trie."""
+        slot = seq.slot
+        assert slot is not None  # only a placed sequence (admitted, not yet released) computes KV
         ps = self.page_size
         full = seq.num_computed // ps
         while seq.num_cached_pages < full:
             i = seq.num_cached_pages
             page = seq.pages[i]
-            self.pool.write(page, self.slots.read(seq.slot, i * ps, (i + 1) * ps))
+            self.pool.write(page, self.slots.read(slot, i * ps, (i + 1) * ps))
             if seq.cache_node is not None:
                 node = self.cache.insert(seq.cache_node, tuple(seq.tokens[i * ps:(i + 1) * ps]), page)
                 seq.cache_node = node
             seq.num_cached_pages += 1
         if self.link is not None:
-            self._store_prompt_chunks(seq)
+            self._store_prompt_chunks(seq, self.link, slot)
 
     def release(self, seq: PagedSequence, keep_session: bool) -> None:
         """A sequence leaves its slot: pin its KV (up to the per-session bound) for its session, or hand its pages
@@ -231,6 +234,7 @@ class KvManager:
         if keep_session and seq.session_id and kept_tokens:
             kept = self.pages_for(kept_tokens)
             if kept_tokens % ps:
+                assert seq.slot is not None  # commit_full_pages above checked it
                 page = seq.pages[kept - 1]
                 self.pool.write(page, self.slots.read(seq.slot, (kept - 1) * ps, kept_tokens))
             for page in seq.pages[kept:]:

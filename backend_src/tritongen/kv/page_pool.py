@@ -48,6 +48,7 @@ class PagePool:
         data, scales = self.codec.encode(kv)
         self.data[page][:, :, :, start:end] = data
         if scales is not None:
+            assert self.scales is not None  # the codec returns scales only when it is scaled
             self.scales[page][:, :, :, start:end] = scales
 
     def read(self, page: int, n: int) -> np.ndarray:

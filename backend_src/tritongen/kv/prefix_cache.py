@@ -62,6 +62,7 @@ class PrefixCache:
         node = self._by_page.get(page)
         if node is None:
             return
+        assert node.parent is not None  # only the root has no parent, and it holds no page
         del node.parent.children[node.key]
         stack = [node]
         while stack:

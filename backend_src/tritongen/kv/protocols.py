@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .connector import KvCacheKey
 from .prefix_cache import Node
 
 
@@ -40,7 +41,7 @@ class PagedSequence(Protocol):
     cache_node: Node | None
     prefix_hit_len: int
     session_id: str | None
-    chunk_keys: list | None
+    chunk_keys: list[KvCacheKey] | None
     chunks_stored: int
 
     @property

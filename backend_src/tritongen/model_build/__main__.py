@@ -54,7 +54,8 @@ def cache_key(gguf_path: Path, variant: str) -> dict:
 
 def is_fresh(folder: Path, key: dict) -> bool:
     stamp = folder / "1" / "build_stamp.json"
-    return (folder / "1" / "model.onnx").exists() and stamp.exists() and json.loads(stamp.read_text(encoding="utf-8")) == key
+    return ((folder / "1" / "model.onnx").exists() and stamp.exists()
+            and json.loads(stamp.read_text(encoding="utf-8")) == key)
 
 
 # Repository folder -> (layers dropped, attention layout, int4).

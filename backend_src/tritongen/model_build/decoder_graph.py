@@ -18,15 +18,25 @@ one, and the LM head over every position is about a fifth of a prompt's work.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .llama_weights import LayerWeights, LlamaSpec, LlamaWeights, hidden_state_layers
+from .llama_weights import LlamaSpec, LlamaWeights, hidden_state_layers
 
 OPSET = 18
 F32_MIN = float(np.finfo(np.float32).min)
 ATTENTION_LAYOUTS = ("concat", "gqa")
+
+
+class QkvWeights(Protocol):
+    """What an attention layer reads of a layer's weights (LayerWeights has them): q, k, v as [out, in]."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
 
 
 class Graph:
@@ -44,7 +54,8 @@ class Graph:
     def op(self, op_type: str, inputs: list[str], out: str | None = None, domain: str = "", outputs: int = 1, **attrs):
         self._count += 1
         outs = [out] if out else [f"{op_type.lower()}_{self._count}_{i}" for i in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=f"n{self._count}_{op_type}", domain=domain, **attrs))
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=f"n{self._count}_{op_type}", domain=domain,
+                                           **attrs))
         return outs[0] if outputs == 1 else outs
 
 
@@ -119,7 +130,7 @@ class ConcatAttention:
     kv_length = "past"
     present_length = "total"
 
-    def layer(self, g: Graph, i: int, lw: LayerWeights, xn: str) -> str:
+    def layer(self, g: Graph, i: int, lw: QkvWeights, xn: str) -> str:
         spec, p = self.spec, f"layers.{i}."
         hd, nh, kvh = spec.head_dim, spec.num_heads, spec.num_kv_heads
         for name in ("q", "k", "v"):
@@ -166,7 +177,7 @@ class _GqaAttention:
     kv_length = "max_length"
     present_length = "max_length"
 
-    def layer(self, g: Graph, i: int, lw: LayerWeights, xn: str) -> str:
+    def layer(self, g: Graph, i: int, lw: QkvWeights, xn: str) -> str:
         spec, p = self.spec, f"layers.{i}."
         g.const(p + "qkv_t", np.ascontiguousarray(np.concatenate([lw.q, lw.k, lw.v], axis=0).T))
         qkv = g.op("MatMul", [xn, p + "qkv_t"])
@@ -237,7 +248,9 @@ def build_decoder(weights: LlamaWeights, hidden_layers: tuple[int, ...] | None =
     hidden = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", spec.hidden_size])
               for n in ["last_hidden_state", *hidden_outputs]]
     graph = helper.make_graph(g.nodes, f"llama_decoder_{attention}", inputs, outputs + hidden, g.inits)
-    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid("com.microsoft", 1)] if attention == "gqa" else [])
+    opsets = [helper.make_opsetid("", OPSET)]
+    if attention == "gqa":
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
     model = helper.make_model(graph, opset_imports=opsets, producer_name="tritongen")
     model.ir_version = 9
     return model

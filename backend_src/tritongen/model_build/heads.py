@@ -8,14 +8,23 @@ only the acceptance rate depends on them.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from .decoder_graph import OPSET, ConcatAttention, Graph, rms_norm, rope_tables, rotary, split_heads, swiglu
-from .llama_weights import LayerWeights, LlamaSpec
+from .llama_weights import LlamaSpec
+
+
+@dataclass
+class _Qkv:
+    """The attention projections of a head's layer, all its attention block reads."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
 
 
 def _value(name: str, dims: list, dtype=TensorProto.FLOAT) -> onnx.ValueInfoProto:
@@ -61,7 +70,7 @@ class _Head:
         s, r = self.spec, self.rng
         h, kv = s.hidden_size, s.num_kv_heads * s.head_dim
         mat = lambda o, i: (r.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)  # noqa: E731
-        lw = LayerWeights(None, mat(h, h), mat(kv, h), mat(kv, h), None, None, None, None, None)
+        lw = _Qkv(mat(h, h), mat(kv, h), mat(kv, h))
         attn = ConcatAttention(self.g, s, sequence_input)
         ctx = attn.layer(self.g, 0, lw, rms_norm(self.g, x, self.norm_weight("attn_norm")))
         return self.g.op("Add", [x, self.g.op("MatMul", [ctx, self.matrix("attn.o_t", h, h)])])
@@ -146,16 +155,19 @@ def build_shared_kv_head(spec: LlamaSpec, lm_head: np.ndarray, group: str = "ful
     cols = g.op("Range", [g.const("c_zero_s", np.int64(0)), length, g.const("c_one_s", np.int64(1))])
     real = g.op("Less", [g.op("Unsqueeze", [cols, "c_zero"]), g.op("Unsqueeze", ["kv_length", "c_axis_last"])])
     real = g.op("Unsqueeze", [real, g.const("mask_axes", np.array([1, 2, 3], np.int64))])
-    bias = g.op("Where", [real, g.const("c_f0", np.float32(0)), g.const("c_fmin", np.float32(np.finfo(np.float32).min))])
+    bias = g.op("Where", [real, g.const("c_f0", np.float32(0)),
+                          g.const("c_fmin", np.float32(np.finfo(np.float32).min))])
     probs = g.op("Softmax", [g.op("Add", [scores, bias])], axis=-1)
     ctx = g.op("MatMul", [probs, g.op("Unsqueeze", [value, ax2])])
     ctx = g.op("Reshape", [ctx, g.const("ctx_shape", np.array([0, nh, -1, hd], np.int64))])
-    ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]), g.const("merge", np.array([0, 0, h], np.int64))])
+    ctx = g.op("Reshape", [g.op("Transpose", [ctx], perm=[0, 2, 1, 3]),
+                           g.const("merge", np.array([0, 0, h], np.int64))])
     x = head.mlp(g.op("Add", [x, g.op("MatMul", [ctx, head.matrix("o_t", h, h)])]))
     g.op("Identity", [x], out="projected_state")
     head.logits(x, lm_head)
     kv_dims = ["batch", kvh, "kv_len", hd]
     inputs = [_value("inputs_embeds", ["batch", "seq", 2 * h]), _value(key, kv_dims), _value(value, kv_dims),
-              _value("kv_length", ["batch"], TensorProto.INT64), _value("position_ids", ["batch", "seq"], TensorProto.INT64)]
+              _value("kv_length", ["batch"], TensorProto.INT64),
+              _value("position_ids", ["batch", "seq"], TensorProto.INT64)]
     outputs = [_value("logits", ["batch", "seq", lm_head.shape[0]]), _value("projected_state", ["batch", "seq", h])]
     return head.model("shared_kv_head", inputs, outputs)

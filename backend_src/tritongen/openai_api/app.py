@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -69,7 +70,8 @@ def create_app(triton_url: str = "localhost:8001", model: str = "generator", api
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        # pydantic's error details: values of several types, by key.
+        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         if first.get("type") == "json_invalid":
             reason = first.get("ctx", {}).get("error", "")
             return OpenAIError(400, f"the request body is not valid JSON: {reason}").response()

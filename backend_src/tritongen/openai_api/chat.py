@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import AsyncIterator
+from typing import AsyncGenerator
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -50,7 +50,7 @@ async def _complete(req: ChatCompletionRequest, streams, base: dict) -> dict:
     return {**base, "object": "chat.completion", "choices": out, "usage": usage(choices)}
 
 
-async def _chunks(req: ChatCompletionRequest, streams, base: dict) -> AsyncIterator[dict]:
+async def _chunks(req: ChatCompletionRequest, streams, base: dict) -> AsyncGenerator[dict, None]:
     """Text streams as it comes. An answer that opens a tool call is held until it is complete, then sent as one
     delta with its tool_calls (each call whole, its arguments valid JSON)."""
     base = {**base, "object": "chat.completion.chunk"}
@@ -64,7 +64,7 @@ async def _chunks(req: ChatCompletionRequest, streams, base: dict) -> AsyncItera
         holding = _calls_possible(req) and choice.text.lstrip().startswith(tool_calls.OPEN[: len(choice.text.lstrip())])
         if holding and choice.finish_reason is None:
             continue
-        delta = {"content": piece.text}
+        delta: dict[str, object] = {"content": piece.text}
         finish = choice.finish_reason
         if holding:
             message, finish = _message(req, choice)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import AsyncIterator
+from typing import AsyncGenerator
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -38,7 +38,7 @@ async def _complete(req: CompletionRequest, streams, base: dict) -> dict:
         for i, c in enumerate(choices)], "usage": usage(choices, _by_prompt(req, choices))}
 
 
-async def _chunks(req: CompletionRequest, streams, base: dict) -> AsyncIterator[dict]:
+async def _chunks(req: CompletionRequest, streams, base: dict) -> AsyncGenerator[dict, None]:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     extra = {"usage": None} if include_usage else {}
     choices = [Choice() for _ in streams]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import aclosing
-from typing import AsyncIterator
+from typing import AsyncGenerator, AsyncIterator
 
 from .generator_client import Piece
 
 _DONE = object()
 
 
-async def fan_in(streams: list[AsyncIterator[Piece]]) -> AsyncIterator[tuple[int, Piece]]:
+async def fan_in(streams: list[AsyncGenerator[Piece, None]]) -> AsyncIterator[tuple[int, Piece]]:
     """Yield (stream index, piece) as pieces arrive; the first error is raised and ends them all."""
     if len(streams) == 1:  # the common case needs no tasks
         async with aclosing(streams[0]) as only:
@@ -27,7 +27,7 @@ async def fan_in(streams: list[AsyncIterator[Piece]]) -> AsyncIterator[tuple[int
 
     queue: asyncio.Queue = asyncio.Queue()
 
-    async def pump(index: int, stream: AsyncIterator[Piece]) -> None:
+    async def pump(index: int, stream: AsyncGenerator[Piece, None]) -> None:
         try:
             async with aclosing(stream) as s:
                 async for piece in s:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 
 import grpc
 import numpy as np
@@ -88,7 +88,7 @@ class GeneratorClient:
         except InferenceServerException:
             return False
 
-    async def stream(self, inputs: dict[str, Any], request_id: str = "") -> AsyncIterator[Piece]:
+    async def stream(self, inputs: dict[str, Any], request_id: str = "") -> AsyncGenerator[Piece, None]:
         """Yield the generator's responses until the FINAL one; raise OpenAIError on an error.
 
         Leaving early (an exception, a cancelled task, `aclose()`) cancels the

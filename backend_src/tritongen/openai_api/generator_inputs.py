@@ -17,7 +17,14 @@ from typing import Any
 
 from . import tool_calls
 from .errors import invalid
-from .schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, ResponseFormat, SamplingRequest
+from .schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    NamedToolChoice,
+    ResponseFormat,
+    SamplingRequest,
+)
 
 
 def _guided_decoding(fmt: ResponseFormat | None) -> dict | None:
@@ -53,7 +60,7 @@ def _sampling(req: SamplingRequest, max_tokens: int | None, top_logprobs: int | 
     if top_logprobs is not None:
         inputs["return_log_probs"] = True
         inputs["top_logprobs"] = top_logprobs
-    extra = {}
+    extra: dict[str, object] = {}
     guided = _guided_decoding(req.response_format)
     if guided is not None:
         extra["guided_decoding"] = guided
@@ -115,7 +122,11 @@ def chat_inputs(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     if tools and req.tool_choice != "none":
         inputs["tools"] = json.dumps(tools)
-    choice = req.tool_choice.model_dump() if hasattr(req.tool_choice, "model_dump") else (req.tool_choice or "auto")
+    choice: dict[str, Any] | str  # a named function, or "none", "auto" or "required"
+    if isinstance(req.tool_choice, NamedToolChoice):
+        choice = req.tool_choice.model_dump()
+    else:
+        choice = req.tool_choice or "auto"
     call_grammar = tool_calls.grammar(tools, choice, req.parallel_tool_calls)
     if call_grammar is not None:
         if req.response_format is not None and req.response_format.type != "text":

@@ -20,16 +20,17 @@ class Guard:
         self.api_key = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
 
-    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+    @staticmethod
+    def _authorized(headers: dict[bytes, bytes], api_key: bytes) -> bool:
         given = headers.get(b"authorization", b"")
         scheme, _, token = given.partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.api_key)
+        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), api_key)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        if self.api_key is not None and scope["path"].startswith("/v1") and not self._authorized(headers):
+        if self.api_key is not None and scope["path"].startswith("/v1") and not self._authorized(headers, self.api_key):
             error = OpenAIError(401, "invalid or missing API key (send it as 'Authorization: Bearer <key>')",
                                 code="invalid_api_key")
             return await error.response()(scope, receive, send)

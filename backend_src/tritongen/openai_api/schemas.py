@@ -10,7 +10,7 @@ min_tokens, stop_token_ids) are passed through to the generator.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -185,7 +185,8 @@ class CompletionRequest(SamplingRequest):
         if isinstance(value, str) or ids(value) or (isinstance(value, list) and (
                 all(isinstance(v, str) for v in value) or all(ids(v) for v in value))):
             return value
-        raise ValueError("must be a string, a list of strings, a list of token ids (0 to 2**63-1) or a list of such lists")
+        raise ValueError("must be a string, a list of strings, a list of token ids (0 to 2**63-1) "
+                         "or a list of such lists")
 
     @model_validator(mode="after")
     def _completion_supported(self):
@@ -204,6 +205,7 @@ class CompletionRequest(SamplingRequest):
         p = self.prompt
         if isinstance(p, str):
             return [p]
+        # The checker cannot narrow a union of list types by their items: the casts say what all() found.
         if p and all(isinstance(x, int) for x in p):
-            return [p]
-        return list(p)
+            return [cast("list[int]", p)]
+        return list(cast("Union[list[str], list[list[int]]]", p))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from contextlib import aclosing
-from typing import AsyncIterator
+from typing import AsyncGenerator, AsyncIterator
 
 from fastapi.responses import StreamingResponse
 
@@ -22,7 +22,7 @@ def _event(payload: dict | str) -> bytes:
     return f"data: {data}\n\n".encode("utf-8")
 
 
-async def event_stream(chunks: AsyncIterator[dict]) -> StreamingResponse:
+async def event_stream(chunks: AsyncGenerator[dict, None]) -> StreamingResponse:
     """Raises OpenAIError if the stream fails before its first chunk; otherwise streams it all."""
     try:
         first = await chunks.__anext__()

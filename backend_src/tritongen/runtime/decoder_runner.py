@@ -42,11 +42,12 @@ class DecoderRunner:
 
     def empty_past(self, batch: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
         s = self.shape
-        z = np.zeros((batch, s.num_kv_heads, 0, s.head_dim), dtype=self.kv_dtype)
+        z: np.ndarray = np.zeros((batch, s.num_kv_heads, 0, s.head_dim), dtype=self.kv_dtype)
         return [(z, z) for _ in range(s.num_layers)]
 
     def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray, position_ids: np.ndarray,
-                past: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]], dict]:
+                past: list[tuple[np.ndarray, np.ndarray]],
+                ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]], dict]:
         """Returns (logits [b,s,V], present KV per layer, the other outputs by name)."""
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         feeds = {k: v for k, v in feeds.items() if k in self.inputs}

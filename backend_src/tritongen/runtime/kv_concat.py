@@ -28,7 +28,7 @@ class ConcatSlotDecoder:
         self.shape, self.kv_dtype = self.runner.shape, self.runner.kv_dtype
         self.max_slots, self.max_len = max_slots, max_len
         s = self.shape
-        empty = np.zeros((0, s.num_kv_heads, 0, s.head_dim), self.kv_dtype)
+        empty: np.ndarray = np.zeros((0, s.num_kv_heads, 0, s.head_dim), self.kv_dtype)
         self.past: list[list[np.ndarray]] = [[empty, empty] for _ in range(s.num_layers)]
         self.lengths: list[int] = []  # valid tokens per row
 
@@ -47,7 +47,7 @@ class ConcatSlotDecoder:
         old_width = self.width
         for pair in self.past:
             for j, old in enumerate(pair):
-                new = np.zeros((rows, s.num_kv_heads, width, s.head_dim), self.kv_dtype)
+                new: np.ndarray = np.zeros((rows, s.num_kv_heads, width, s.head_dim), self.kv_dtype)
                 for r in range(min(rows, old.shape[0])):
                     n = lengths[r]
                     if n:
@@ -80,7 +80,7 @@ class ConcatSlotDecoder:
         for r, n in enumerate(past_lengths):
             mask[r, width - n:] = 1
         positions = np.array(past_lengths, np.int64)[:, None]
-        logits, present, extras = self.runner.forward(input_ids, mask, positions, [tuple(p) for p in self.past])
+        logits, present, extras = self.runner.forward(input_ids, mask, positions, [(k, v) for k, v in self.past])
         self.past = [list(p) for p in present]
         self.lengths = [n + 1 for n in past_lengths]
         return logits, {k: extras[k] for k in extra_outputs}
@@ -94,7 +94,8 @@ class ConcatSlotDecoder:
         lengths[slot] = min(lengths[slot], past_len)
         self._fit(rows, lengths)
         width, seq = self.width, input_ids.shape[1]
-        row_past = [(k[slot:slot + 1, :, width - past_len:], v[slot:slot + 1, :, width - past_len:]) for k, v in self.past]
+        row_past = [(k[slot:slot + 1, :, width - past_len:], v[slot:slot + 1, :, width - past_len:])
+                    for k, v in self.past]
         logits, present, extras = self.runner.forward(
             input_ids, np.ones((1, past_len + seq), np.int64), np.arange(past_len, past_len + seq)[None], row_past)
         self._place(slot, present)
@@ -131,7 +132,8 @@ class ConcatSlotDecoder:
         lengths = self.lengths + [0] * (rows - len(self.lengths))
         lengths[slot] = min(lengths[slot], start)
         self._fit(rows, lengths)
-        head = [(k[slot:slot + 1, :, self.width - start:], v[slot:slot + 1, :, self.width - start:]) for k, v in self.past]
+        head = [(k[slot:slot + 1, :, self.width - start:], v[slot:slot + 1, :, self.width - start:])
+                for k, v in self.past]
         present = [(np.concatenate([hk, kv[i, 0][None]], axis=2), np.concatenate([hv, kv[i, 1][None]], axis=2))
                    for i, (hk, hv) in enumerate(head)]
         self._place(slot, present)

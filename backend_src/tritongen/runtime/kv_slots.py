@@ -43,10 +43,10 @@ class SlotDecoder:
         self.takes_positions = "position_ids" in sig.inputs
         self.max_slots, self.max_len = max_slots, max_len
         dims = (max_slots, self.shape.num_kv_heads, max_len, self.shape.head_dim)
-        self.keys = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
-        self.values = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
+        self.keys: list[np.ndarray] = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
+        self.values: list[np.ndarray] = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
         self._views: dict[tuple[int, int], list[tuple[ort.OrtValue, ort.OrtValue]]] = {}
-        self._logits = np.empty(0, self.logits_dtype)
+        self._logits: np.ndarray = np.empty(0, self.logits_dtype)
         self._columns = np.arange(max_len, dtype=np.int64)
 
     def bytes_per_token(self) -> int:

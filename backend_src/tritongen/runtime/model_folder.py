@@ -76,7 +76,8 @@ def locate(folder: Path, variant: str = "") -> ModelFiles:
                          "or model.onnx)")
     if not onnx_file.is_file():
         raise ValueError(f"{onnx_file}: the graph named by the folder's metadata does not exist")
-    return ModelFiles(folder, onnx_file, layout, _context_length(folder, genai, config), _head_dim(folder, genai, config))
+    return ModelFiles(folder, onnx_file, layout, _context_length(folder, genai, config),
+                      _head_dim(folder, genai, config))
 
 
 def _context_length(folder: Path, genai: dict, config: dict) -> int | None:
@@ -97,6 +98,8 @@ def _head_dim(folder: Path, genai: dict, config: dict) -> int | None:
     if config.get("head_dim") is not None:
         return _int(folder / "config.json", "head_dim", config["head_dim"])
     if config.get("hidden_size") and config.get("num_attention_heads"):
-        return _int(folder / "config.json", "hidden_size", config["hidden_size"]) // _int(
-            folder / "config.json", "num_attention_heads", config["num_attention_heads"])
+        hidden = _int(folder / "config.json", "hidden_size", config["hidden_size"])
+        heads = _int(folder / "config.json", "num_attention_heads", config["num_attention_heads"])
+        assert hidden is not None and heads is not None  # both values are set (checked just above)
+        return hidden // heads
     return None

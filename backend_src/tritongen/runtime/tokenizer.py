@@ -59,24 +59,29 @@ class TextTokenizer:
         self.chat = ChatTemplate(source, self.special_tokens) if source else None
 
     def _eos_ids(self, folder: Path, config: dict) -> tuple[int, ...]:
-        for name, value in (("generation_config.json", read_json(folder, "generation_config.json").get("eos_token_id")),
-                            ("genai_config.json", read_json(folder, "genai_config.json").get("model", {}).get("eos_token_id")),
-                            ("config.json", read_json(folder, "config.json").get("eos_token_id"))):
+        for name, value in (
+                ("generation_config.json", read_json(folder, "generation_config.json").get("eos_token_id")),
+                ("genai_config.json", read_json(folder, "genai_config.json").get("model", {}).get("eos_token_id")),
+                ("config.json", read_json(folder, "config.json").get("eos_token_id"))):
             if value is not None:
                 ids = _ids(value)
                 if not ids:
                     raise ValueError(f"{folder / name}: eos_token_id must be an integer or a list of them")
                 return tuple(dict.fromkeys(ids))
         eos = self.special_tokens.get("eos_token")
-        if eos is not None and self.tokenizer.token_to_id(eos) is not None:
-            return (self.tokenizer.token_to_id(eos),)
+        eos_id = self.tokenizer.token_to_id(eos) if eos is not None else None
+        if eos_id is not None:
+            return (eos_id,)
         raise ValueError(f"{folder}: no EOS token id (looked for eos_token_id in generation_config.json, "
                          "genai_config.json and config.json, and eos_token in tokenizer_config.json)")
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """A text prompt's ids, with the model's BOS when its tokenizer config asks for one and `add_bos`."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return [self.bos_token_id, *ids] if add_bos and self.add_bos else ids
+        if add_bos and self.add_bos:
+            assert self.bos_token_id is not None  # add_bos is only set when there is a BOS id
+            return [self.bos_token_id, *ids]
+        return ids
 
     def word_sequences(self, words: list[str]) -> list[tuple[int, ...]]:
         """Words as vLLM's bad_words bans them: the ids of each as written and with a leading space (mid-sentence)."""

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeVar, Union
 
 from .modes import Eagle3Config, MtpConfig, SharedKvBinding, SharedKvProposerConfig
 
+HeadConfig = Union[MtpConfig, Eagle3Config, SharedKvProposerConfig]
+_Head = TypeVar("_Head", MtpConfig, Eagle3Config, SharedKvProposerConfig)
 
-def load_head(folder: Path, num_speculative_tokens: int, **overrides):
+
+def load_head(folder: Path, num_speculative_tokens: int, **overrides: object) -> HeadConfig:
     """The head's configuration; its own num_speculative_tokens when head_config.json has one, else the given."""
     folder = Path(folder)
     path = folder / "head_config.json"
@@ -21,6 +25,7 @@ def load_head(folder: Path, num_speculative_tokens: int, **overrides):
         if key in raw:
             raw[key] = repo / raw[key]
     raw.setdefault("num_speculative_tokens", num_speculative_tokens)
+    config: HeadConfig
     if kind == "mtp":
         config = MtpConfig(**raw)
     elif kind == "eagle3":
@@ -31,4 +36,13 @@ def load_head(folder: Path, num_speculative_tokens: int, **overrides):
     else:
         raise ValueError(f"{path}: unknown head kind {kind!r}")
     config.validate()
+    return config
+
+
+def load_head_of(expected: type[_Head], folder: Path, num_speculative_tokens: int, **overrides: object) -> _Head:
+    """`load_head` for a folder configured as one kind of head; ValueError when its head_config.json names another."""
+    config = load_head(folder, num_speculative_tokens, **overrides)
+    if not isinstance(config, expected):
+        raise ValueError(f"{Path(folder) / 'head_config.json'}: expected a {expected.__name__} head, "
+                         f"found {type(config).__name__}")
     return config

@@ -101,4 +101,5 @@ class SharedKvProposerConfig:
             if not group.name:
                 raise ValueError("shared-KV proposer shared_kv group name must not be empty")
             if not group.target_layers:
-                raise ValueError(f"shared-KV proposer shared_kv group '{group.name}' must list at least one target layer")
+                raise ValueError(f"shared-KV proposer shared_kv group '{group.name}' must list at least one "
+                                 "target layer")

@@ -17,7 +17,8 @@ from .proposer import Proposer, draw, proposal
 
 
 class SharedKvProposer(Proposer):
-    def __init__(self, config: SharedKvProposerConfig, target_slots, threads: int = 0, providers=None, pin_threads: bool = False):
+    def __init__(self, config: SharedKvProposerConfig, target_slots, threads: int = 0, providers=None,
+                 pin_threads: bool = False):
         if not hasattr(target_slots, "keys"):
             raise ValueError("the shared-KV proposer needs the GroupQueryAttention target (slot KV buffers)")
         self.config = config

@@ -11,8 +11,8 @@ from pathlib import Path
 from ..engine.options import EngineConfig, GenerateOptions, SchedulerConfig
 from ..kv.connector import CachePriority
 from ..kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig, LocalTieredConfig
-from ..speculative.head_config import load_head
-from ..speculative.modes import SpeculativeMode
+from ..speculative.head_config import load_head_of
+from ..speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 from .request_limits import RequestLimits
 
 
@@ -33,11 +33,10 @@ _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_toke
 _FLOAT_KEYS = ("priority_aging_seconds", "session_idle_seconds")
 _BOOL_KEYS = ("pin_threads", "allow_high_priority")
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
-_KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {"target_model", "scheduler_policy", "execution_providers",
-                                            "speculative_mode", "mtp_kv_mode", "kv_cache_dtype", "kv_connector",
-                                            "kv_connector_disk_path", "kv_connector_compression",
-                                            "kv_connector_store_priority", "kv_connector_model_id", "model_variant",
-                                            "recompute_ms_per_token"}
+_KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {
+    "target_model", "scheduler_policy", "execution_providers", "speculative_mode", "mtp_kv_mode", "kv_cache_dtype",
+    "kv_connector", "kv_connector_disk_path", "kv_connector_compression", "kv_connector_store_priority",
+    "kv_connector_model_id", "model_variant", "recompute_ms_per_token"}
 
 
 def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSettings:
@@ -100,11 +99,11 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
     engine.draft_model = folders.get("draft_model")
     if "mtp_head" in folders:
         kv_mode = params.get("mtp_kv_mode", "").strip()
-        engine.mtp = load_head(folders["mtp_head"], k, **({"kv_mode": kv_mode} if kv_mode else {}))
+        engine.mtp = load_head_of(MtpConfig, folders["mtp_head"], k, **({"kv_mode": kv_mode} if kv_mode else {}))
     if "eagle3_head" in folders:
-        engine.eagle3 = load_head(folders["eagle3_head"], k)
+        engine.eagle3 = load_head_of(Eagle3Config, folders["eagle3_head"], k)
     if "shared_kv_head" in folders:
-        engine.shared_kv = load_head(folders["shared_kv_head"], k)
+        engine.shared_kv = load_head_of(SharedKvProposerConfig, folders["shared_kv_head"], k)
     engine.kv_connector = _connector(params, ints, repository)
     engine.validate()
     limits = RequestLimits(**{key: ints[key] for key in RequestLimits.settings() if key in ints})
@@ -122,7 +121,8 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
 
 
 def _connector(params: dict[str, str], ints: dict[str, int], repository: Path) -> KvConnectorConfig:
-    """kv_connector (null | local_tiered) and its kv_connector_* settings; a relative disk path is under the repository."""
+    """kv_connector (null | local_tiered) and its kv_connector_* settings; a relative disk path is under the
+    repository."""
     get = lambda key: params.get(key, "").strip()  # noqa: E731
     disk = get("kv_connector_disk_path")
     recompute = get("recompute_ms_per_token")
@@ -130,7 +130,8 @@ def _connector(params: dict[str, str], ints: dict[str, int], repository: Path) -
     try:
         store_priority = CachePriority[priority.upper()]
     except KeyError:
-        raise ValueError(f"kv_connector_store_priority must be system_prompt, session or opportunistic, got {priority!r}") from None
+        raise ValueError("kv_connector_store_priority must be system_prompt, session or opportunistic, "
+                         f"got {priority!r}") from None
     tiers = LocalTieredConfig(
         cpu_max_bytes=ints.get("kv_connector_cpu_bytes", LocalTieredConfig.cpu_max_bytes),
         disk_path=(repository / disk) if disk else None,

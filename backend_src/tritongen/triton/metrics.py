@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Callable
+from typing import Callable, Protocol
 
 import triton_python_backend_utils as pb_utils
 
@@ -25,6 +25,12 @@ _TOKEN_BUCKETS = [0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
                   1.0, 2.5]
 
 
+class _Counter(Protocol):
+    """A pb_utils counter Metric."""
+
+    def increment(self, value: float) -> None: ...
+
+
 class GeneratorMetrics:
     def __init__(self, labels: dict[str, str], run: Callable[[Callable[[], None]], None],
                  run_per_token: Callable[[Callable[[], None]], None]):
@@ -33,24 +39,34 @@ class GeneratorMetrics:
         def family(name, description, kind):
             return pb_utils.MetricFamily(name=name, description=description, kind=kind)
 
-        counter, gauge, hist = pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.HISTOGRAM
+        counter, gauge = pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE
+        hist = pb_utils.MetricFamily.HISTOGRAM
         self._families = {
             "prompt": family("tritongen:prompt_tokens_total", "Number of prefill tokens processed.", counter),
-            "generation": family("tritongen:generation_tokens_total", "Number of generation tokens processed.", counter),
-            "success": family("tritongen:request_success_total", "Count of finished requests by finish reason.", counter),
+            "generation": family("tritongen:generation_tokens_total", "Number of generation tokens processed.",
+                                 counter),
+            "success": family("tritongen:request_success_total", "Count of finished requests by finish reason.",
+                              counter),
             "prefix": family("tritongen:prefix_cache_hit_tokens_total", "Prompt tokens whose KV was reused.", counter),
-            "ttft": family("tritongen:time_to_first_token_seconds", "Histogram of time to first token in seconds.", hist),
-            "tpot": family("tritongen:time_per_output_token_seconds", "Histogram of time per output token in seconds.", hist),
-            "e2e": family("tritongen:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", hist),
-            "queue": family("tritongen:request_queue_time_seconds", "Histogram of time spent waiting for admission.", hist),
+            "ttft": family("tritongen:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                           hist),
+            "tpot": family("tritongen:time_per_output_token_seconds",
+                           "Histogram of time per output token in seconds.", hist),
+            "e2e": family("tritongen:e2e_request_latency_seconds",
+                          "Histogram of end to end request latency in seconds.", hist),
+            "queue": family("tritongen:request_queue_time_seconds", "Histogram of time spent waiting for admission.",
+                            hist),
             "running": family("tritongen:num_requests_running", "Requests in the running batch.", gauge),
             "waiting": family("tritongen:num_requests_waiting", "Requests waiting for admission.", gauge),
             "swapped": family("tritongen:num_requests_swapped", "Preempted requests waiting to resume.", gauge),
             "pages_used": family("tritongen:kv_pages_used", "KV pages referenced by requests or sessions.", gauge),
-            "pages_free": family("tritongen:kv_pages_free", "KV pages free or holding reusable cached prefixes.", gauge),
-            "masks": family("tritongen:constraint_mask_seconds_total", "Time spent computing constraint masks.", counter),
+            "pages_free": family("tritongen:kv_pages_free", "KV pages free or holding reusable cached prefixes.",
+                                 gauge),
+            "masks": family("tritongen:constraint_mask_seconds_total", "Time spent computing constraint masks.",
+                            counter),
             "drafted": family("tritongen:spec_draft_tokens_total", "Speculative tokens proposed.", counter),
-            "accepted": family("tritongen:spec_accepted_tokens_total", "Speculative tokens the target accepted.", counter),
+            "accepted": family("tritongen:spec_accepted_tokens_total", "Speculative tokens the target accepted.",
+                               counter),
             "verify": family("tritongen:spec_verify_steps_total", "Verification calls (mean accepted length = "
                              "accepted / verify steps).", counter),
             "connector": family("tritongen:kv_connector_events_total", "KV connector lookups and decisions by "
@@ -67,16 +83,18 @@ class GeneratorMetrics:
         self.tpot = f["tpot"].Metric(labels=labels, buckets=_TOKEN_BUCKETS)
         self.e2e = f["e2e"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.queue_time = f["queue"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
-        self.gauges = {k: f[k].Metric(labels=labels) for k in ("running", "waiting", "swapped", "pages_used", "pages_free")}
+        self.gauges = {k: f[k].Metric(labels=labels)
+                       for k in ("running", "waiting", "swapped", "pages_used", "pages_free")}
         # Engine totals mirrored as counters: the drain thread adds what grew since the last snapshot.
         self.totals = {k: f[k].Metric(labels=labels) for k in ("masks", "drafted", "accepted", "verify")}
         self.totals["fetched_bytes"] = f["connector_bytes"].Metric(labels=labels)
-        for event in ("hit_cpu", "hit_disk", "miss", "decided_fetch", "decided_recompute", "fetch_failed", "stored_chunks"):
+        for event in ("hit_cpu", "hit_disk", "miss", "decided_fetch", "decided_recompute", "fetch_failed",
+                      "stored_chunks"):
             self.totals[event] = f["connector"].Metric(labels={**labels, "event": event})
         self._totals_seen = dict.fromkeys(self.totals, 0.0)
         self._gauges_seen: dict[str, int] = {}
         self._labels = labels
-        self._success: dict[str, object] = {}
+        self._success: dict[str, _Counter] = {}
         self._run, self._run_per_token = run, run_per_token
         self._last_gauges = 0.0
 

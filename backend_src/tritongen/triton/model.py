@@ -101,6 +101,7 @@ class TritonPythonModel:
                                    "(generator setting allow_high_priority)")
             request_in = parsed.request
             if parsed.prompt_field == "messages":  # a rendered chat gets no BOS: its template writes what it needs
+                assert isinstance(request_in.prompt, str)  # the chat template's text
                 request_in = GenerateRequest(self.engine.tokenizer.encode(request_in.prompt, add_bos=False),
                                              request_in.options)
             try:

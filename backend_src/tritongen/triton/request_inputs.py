@@ -74,7 +74,7 @@ MAX_DRAFT_TOKENS = 16
 MAX_TOP_LOGPROBS = 20  # OpenAI's
 
 
-def _set(option: str):
+def _set(option: str) -> Callable[[GenerateOptions, float], None]:
     return lambda options, value: setattr(options, option, value)
 
 
@@ -92,7 +92,7 @@ class OptionField:
     names: tuple[str, ...]  # tensor name, sampling_parameters key and request parameter; aliases after the first
     kind: str  # _INT, _FLOAT or _BOOL
     option: str  # the GenerateOptions field (onnx-genai-engine's name)
-    apply: Callable[[GenerateOptions, object], None]
+    apply: Callable[[GenerateOptions, float], None]  # gets the value as `kind` reads it: int, float or bool
     wire_range: tuple[float, float] | None = None
 
 
@@ -272,7 +272,8 @@ def _stops(tensors: dict, sampling: dict, parameters: dict, limits: RequestLimit
             raise RequestError(f"stop word {i} is empty")
         check_bytes(f"stop word {i}", len(s.encode("utf-8")), limits.max_stop_word_bytes, "max_stop_word_bytes")
     token_stops = sampling.get("stop_token_ids", parameters.get("stop_token_ids", []))
-    if not isinstance(token_stops, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in token_stops):
+    if not isinstance(token_stops, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                    for t in token_stops):
         raise RequestError("stop_token_ids must be a list of integers")
     check_count("stop_token_ids", len(token_stops), limits.max_stop_token_ids, "max_stop_token_ids", "ids")
     return stops + [(t,) for t in token_stops]
@@ -453,6 +454,7 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict,
         if kind != "json" and not guide:
             raise RequestError(f"guided_decoding_guide is required for guided_decoding_guide_type {kind}")
         if kind in ("lark", "ebnf_grammar"):  # TensorRT-LLM's ebnf_grammar is GBNF; Lark passes unchanged
+            assert guide is not None  # required just above for every kind but json
             return GenerateConstraint("lark", _lark("guided_decoding_guide", guide)), "guided_decoding_guide"
         return GenerateConstraint(kind, guide or ""), "guided_decoding_guide"
     if guide is not None:

@@ -16,7 +16,7 @@ from functools import partial
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ..engine.engine import EngineStopped
+from ..engine.engine import EngineStopped, RequestHandle
 from ..engine.options import FinishReason, GenerateResult, GenerateToken
 from .job_thread import StepJobs
 from .request_inputs import ParsedRequest
@@ -73,9 +73,10 @@ class RequestResponder:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.logprobs: list = []
-        self.handle = None  # the engine's RequestHandle, once submitted
+        self.handle: RequestHandle | None = None  # once submitted
 
-    def response(self, text: str, ids: list[int], finish: FinishReason | None, logprobs: list) -> "pb_utils.InferenceResponse":
+    def response(self, text: str, ids: list[int], finish: FinishReason | None,
+                 logprobs: list) -> "pb_utils.InferenceResponse":
         """Every output the client asked for (all of them when it named none) in every response: a client reads
         each one it asked for from each response (perf_analyzer 2.51 reads stale memory for a missing one, and
         a NaN there leaves its profile export empty). Only those: each tensor costs CPU in the stub, the server
@@ -208,17 +209,20 @@ class RequestResponder:
             return
         with self.unsent_lock:
             text, ids, logprobs = self._take(len(self.ids))
-        if isinstance(error, ClientCancelled) or (result is not None and result.finish_reason == FinishReason.CANCELLED):
+        if isinstance(error, ClientCancelled) or (
+                result is not None and result.finish_reason == FinishReason.CANCELLED):
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self._close()
         elif error is not None:
             code = "UNAVAILABLE" if isinstance(error, EngineStopped) else "INTERNAL"
             self._close(error_response(f"generation failed: {error}", code))
-        elif not self.parsed.mode.stream:
-            text = result.text
-            if not self.parsed.mode.exclude_input_in_output:
-                prompt = self.parsed.prompt_text
-                text = (prompt if prompt is not None else self.tokenizer.decode(self.prompt_ids)) + text
-            self._close(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []))
         else:
-            self._close(self.response(text, ids, result.finish_reason, logprobs))
+            assert result is not None  # the engine reports either a result or an error
+            if not self.parsed.mode.stream:
+                text = result.text
+                if not self.parsed.mode.exclude_input_in_output:
+                    prompt = self.parsed.prompt_text
+                    text = (prompt if prompt is not None else self.tokenizer.decode(self.prompt_ids)) + text
+                self._close(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []))
+            else:
+                self._close(self.response(text, ids, result.finish_reason, logprobs))
