@@ -352,7 +352,9 @@ def table(section: Section, figs: dict, raws: dict, token_notes: dict, versions:
             label = label.replace("onnx-genai server", f"onnx-genai-server {versions.get('onnx-genai-server', '')}")
             model = "target_gqa" if s.model == "gqa" else "target"
             if key in section.failures:
-                lines.append(f"| {label} | {model} | {level} | FAILED: {section.failures[key][:120]} | | | | | | | | | |")
+                lines.append(
+                    f"| {label} | {model} | {level} | FAILED: {section.failures[key][:120]} | | | | | | | | | |"
+                )
                 continue
             f = figs.get(key)
             if f is None:
@@ -366,7 +368,9 @@ def table(section: Section, figs: dict, raws: dict, token_notes: dict, versions:
             if f.get("derived"):
                 window = f"derived: {f['window_s']:.1f}s of decode"
             elif f.get("tps"):
-                window = f"{f['window_s']:.1f}s, {f['window_tokens']:.0f} tok/stream, past {f['past'][0]}-{f['past'][1]}"
+                window = (
+                    f"{f['window_s']:.1f}s, {f['window_tokens']:.0f} tok/stream, past {f['past'][0]}-{f['past'][1]}"
+                )
                 if f["n"] != section.n:
                     window += f" ({f['n']} new tokens)"
             else:
@@ -376,10 +380,12 @@ def table(section: Section, figs: dict, raws: dict, token_notes: dict, versions:
                 note += f"; **{f['prefix_hits']} prefix-cache hit(s)**"
             passes = " / ".join(_fmt(x, ".1f") for x in f["passes"]) if f.get("passes") else ""
             e2e = "" if f.get("derived") or "wall_tps" not in f else f"{f['wall_tps']:.1f}"
-            lines.append(f"| {label} | {model} | {level} | {_fmt(f.get('tps'), '.1f')} | {passes} | {xc} | {xg} | {e2e} | "
-                         f"{ttft} | "
-                         f"{itl} | "
-                         f"{window} | {section.loads.get(key, 0):.1f} | {note} |")
+            lines.append(
+                f"| {label} | {model} | {level} | {_fmt(f.get('tps'), '.1f')} | {passes} | {xc} | {xg} | {e2e} | "
+                f"{ttft} | "
+                f"{itl} | "
+                f"{window} | {section.loads.get(key, 0):.1f} | {note} |"
+            )
     return head + "\n".join(lines) + "\n"
 
 

@@ -66,7 +66,13 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for name in KV_DTYPES:
         c, r = codec(name), rows[name]
-        per_token = 2 * dec.shape.num_layers * dec.shape.num_kv_heads * dec.shape.head_dim * c.bytes_per_value(dec.shape.head_dim)
+        per_token = (
+            2
+            * dec.shape.num_layers
+            * dec.shape.num_kv_heads
+            * dec.shape.head_dim
+            * c.bytes_per_value(dec.shape.head_dim)
+        )
         print(f"| {name} | {per_token:.0f} | {per_token / f32_bytes:.3f} | {max(r['drift']):.3f} "
               f"| {r['agree'] / r['n']:.1%} ({r['agree']}/{r['n']}) |")
     return 0

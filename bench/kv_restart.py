@@ -35,8 +35,11 @@ def ttft(server: TritonServer, text: str) -> float:
     client = grpcclient.InferenceServerClient(server.url_grpc)
     client.start_stream(callback=lambda result, error: events.put((result, error)))
     inputs = []
-    for name, value in (("text_input", np.array([text.encode()], dtype=object)), ("max_tokens", np.array([4], np.int32)),
-                        ("stream", np.array([True]))):
+    for name, value in (
+        ("text_input", np.array([text.encode()], dtype=object)),
+        ("max_tokens", np.array([4], np.int32)),
+        ("stream", np.array([True])),
+    ):
         t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
         t.set_data_from_numpy(value)
         inputs.append(t)

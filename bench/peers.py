@@ -156,15 +156,20 @@ def gqa_wrapper(src: Path, dst: Path) -> None:
     if "num_logits_to_keep" in names:
         consts.append(helper.make_tensor("num_logits_to_keep", TensorProto.INT64, [1], [0]))
     nodes = [
-        helper.make_node("ReduceSum", ["attention_mask", prefix + "axis1"], [prefix + "lengths"], keepdims=0,
-                         name=prefix + "lengths"),
+        helper.make_node(
+            "ReduceSum", ["attention_mask", prefix + "axis1"], [prefix + "lengths"], keepdims=0, name=prefix + "lengths"
+        ),
         helper.make_node("Sub", [prefix + "lengths", prefix + "one"], [prefix + "seqlens_i64"], name=prefix + "sub"),
-        helper.make_node("Cast", [prefix + "seqlens_i64"], ["seqlens_k"], to=TensorProto.INT32, name=prefix + "seqlens"),
+        helper.make_node(
+            "Cast", [prefix + "seqlens_i64"], ["seqlens_k"], to=TensorProto.INT32, name=prefix + "seqlens"
+        ),
         helper.make_node("Shape", ["attention_mask"], [prefix + "mask_shape"], name=prefix + "shape"),
-        helper.make_node("Gather", [prefix + "mask_shape", prefix + "axis1"], [prefix + "total_i64"], axis=0,
-                         name=prefix + "gather"),
-        helper.make_node("Cast", [prefix + "total_i64"], ["total_sequence_length"], to=TensorProto.INT32,
-                         name=prefix + "total"),
+        helper.make_node(
+            "Gather", [prefix + "mask_shape", prefix + "axis1"], [prefix + "total_i64"], axis=0, name=prefix + "gather"
+        ),
+        helper.make_node(
+            "Cast", [prefix + "total_i64"], ["total_sequence_length"], to=TensorProto.INT32, name=prefix + "total"
+        ),
     ]
     graph.initializer.extend(consts)
     old = list(graph.node)

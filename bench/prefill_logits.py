@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--chunk", type=int, default=256, help="prompt tokens per call (the generator's max_num_batched_tokens)")
+    ap.add_argument(
+        "--chunk", type=int, default=256, help="prompt tokens per call (the generator's max_num_batched_tokens)"
+    )
     ap.add_argument("--passes", type=int, default=20)
     args = ap.parse_args()
     decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=1, max_len=2 * args.chunk,

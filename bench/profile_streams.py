@@ -143,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = record(pid, out, args.rate, args.native,
                              lambda: worker.call("run_streams", items, args.new_tokens))
             hint = "_step"  # the engine thread, in-process or inside the stub
-            report.append(f"## {target} ({'worker process' if server is None else 'triton_python_backend_stub'} "
-                          f"pid {pid}), {elapsed:.1f}s run, load average {load:.1f}\n\n" + analyse(out, hint, args.rate, elapsed))
+            report.append(
+                f"## {target} ({'worker process' if server is None else 'triton_python_backend_stub'} "
+                f"pid {pid}), {elapsed:.1f}s run, load average {load:.1f}\n\n" + analyse(out, hint, args.rate, elapsed)
+            )
         finally:
             worker.stop()
             if server is not None:

@@ -67,8 +67,10 @@ def table(rows: list[dict]) -> str:
             value = f.get(key)
             return "n/a" if value is None else f"{value:{fmt}}{_x(value, base.get(key))}"
 
-        lines.append(f"| {row['name']} | {row['batch']} | {cell('ttft_ms', '.0f')} | {cell('itl_p50_ms', '.1f')} | "
-                     f"{cell('itl_p99_ms', '.1f')} | {cell('tps', '.1f')} | {cell('tps_best', '.1f')} | {row['tokens']} |")
+        lines.append(
+            f"| {row['name']} | {row['batch']} | {cell('ttft_ms', '.0f')} | {cell('itl_p50_ms', '.1f')} | "
+            f"{cell('itl_p99_ms', '.1f')} | {cell('tps', '.1f')} | {cell('tps_best', '.1f')} | {row['tokens']} |"
+        )
     return head + "\n".join(lines) + "\n"
 
 

@@ -45,7 +45,12 @@ SYSTEMS = {
     "raw-gqa": ("raw-gqa", 1, "raw onnxruntime loop on target_gqa (GQA, one shared KV buffer per layer)", "raw-gqa"),
     "engine": ("engine", 1, "tritongen engine in-process, as served ({served})", "engine"),
     "triton": ("triton", 1, "tritongen via Triton, gRPC streaming ({served})", "triton"),
-    "engine-concat": ("engine", 1, "tritongen engine in-process, concat model.onnx (default EngineConfig)", "engine-concat"),
+    "engine-concat": (
+        "engine",
+        1,
+        "tritongen engine in-process, concat model.onnx (default EngineConfig)",
+        "engine-concat",
+    ),
     "ort-genai": ("ort-genai", 1, "onnxruntime-genai {v}", "ort-genai"),
     "onnx-genai": ("onnx-genai", 1, "onnx-genai {v} (no ITL: tokens arrive at the end)", "onnx-genai"),
     "raw-b16": ("raw", 16, "raw onnxruntime loop (the limit)", "raw"),
@@ -366,20 +371,22 @@ def main(argv: list[str] | None = None) -> int:
     if contended:
         loud.append(f"measured under contention: load average {min(loads):.1f}-{max(loads):.1f} at the rounds' "
                     f"starts on {threads} cores; ratios are less reliable than on an idle machine")
-    header = (f"Measured {stamp} on {threads} cores ({cpu_model()}); load average at the start of each round "
-              f"{', '.join(f'{x:.1f}' for x in loads)}{' (**contended**: other work was running)' if contended else ''}. "
-              f"Model files: `{rel(onnx_file)}` (sha256 {sha256_prefix(onnx_file)}; fp32, concat "
-              f"past/present) for the raw loop, both peers and the concat engine row; the generator and the raw "
-              f"GQA loop run "
-              f"`{rel(served_file)}` (sha256 {sha256_prefix(served_file) if served_file.is_file() else '?'}; "
-              f"the same weights in the GroupQueryAttention layout). Greedy, exactly {n} new tokens, prompts of "
-              f"{min(lengths)}-{max(lengths)} tokens, 1 warm-up ({min(n, WARMUP_TOKENS)} tokens) + {measured} measured "
-              f"rounds per system, interleaved "
-              f"(one prompt per round, same for all); onnxruntime {versions['onnxruntime']}. Values are medians "
-              f"over rounds (ITL: all inter-token gaps pooled); `(x)` is the ratio to the raw loop of the same "
-              f"batch size in this run: for latencies >1 is slower, for tok/s <1 is slower. Batch 16 tok/s "
-              f"counts all 16 streams. Best round: the fastest round of each system, the one least disturbed "
-              f"by other load.\n")
+    header = (
+        f"Measured {stamp} on {threads} cores ({cpu_model()}); load average at the start of each round "
+        f"{', '.join(f'{x:.1f}' for x in loads)}{' (**contended**: other work was running)' if contended else ''}. "
+        f"Model files: `{rel(onnx_file)}` (sha256 {sha256_prefix(onnx_file)}; fp32, concat "
+        f"past/present) for the raw loop, both peers and the concat engine row; the generator and the raw "
+        f"GQA loop run "
+        f"`{rel(served_file)}` (sha256 {sha256_prefix(served_file) if served_file.is_file() else '?'}; "
+        f"the same weights in the GroupQueryAttention layout). Greedy, exactly {n} new tokens, prompts of "
+        f"{min(lengths)}-{max(lengths)} tokens, 1 warm-up ({min(n, WARMUP_TOKENS)} tokens) + {measured} measured "
+        f"rounds per system, interleaved "
+        f"(one prompt per round, same for all); onnxruntime {versions['onnxruntime']}. Values are medians "
+        f"over rounds (ITL: all inter-token gaps pooled); `(x)` is the ratio to the raw loop of the same "
+        f"batch size in this run: for latencies >1 is slower, for tok/s <1 is slower. Batch 16 tok/s "
+        f"counts all 16 streams. Best round: the fastest round of each system, the one least disturbed "
+        f"by other load.\n"
+    )
     md = "## Side by side on one model.onnx\n\n" + header + "\n" + report.table(rows)
     if pa is not None or gp:
         md += ("\n## perf_analyzer and genai-perf against the generator, unchanged\n\n"
@@ -406,29 +413,37 @@ def main(argv: list[str] | None = None) -> int:
     if section is not None:
         conc_figs, raws = concurrency.summarize(section, token_notes)
         lo, hi = section.length, section.length + section.n
-        md += ("\n## Concurrent streams, GQA beside concat (part 2)\n\n"
-               f"Same run, before the part-1 rounds. Every stream: a distinct prompt of exactly {section.length} tokens "
-               f"(no two share a KV page, so no prefix-cache hits), greedy, exactly {section.n} new tokens, so decode "
-               f"runs at a past of {lo}-{hi}. Each level has its own prompts, the same for every system; one run per "
-               "system and level, after a short warm-up at that level's batch size; at "
-               f"{' and '.join(str(x) for x in concurrency.REPEAT_LEVELS)} stream(s) the raw loops, the engine and "
-               f"Triton run {concurrency.PASSES} passes, each on fresh prompts, in alternating order (A B C D, D C B A, "
-               "...), before the other systems' one run (a machine too slow for the time budget loses those first), "
-               "and their rate is the mean of the passes (`per pass`); the Triton row with `stream_interval` 4 "
-               "shares the server with the default Triton row, so it gets prompts of its own (the same prompts would "
-               "be prefix-cache hits there). `load` is the load average just before the (first) run (2 cores). **Decode tok/s, steady**: the window runs from the "
-               "moment the last stream got its first token until the first stream got its last (prefills and the "
-               "tail are outside it); each stream's rate there is its tokens after its first one in the window over "
-               "the time to its last one in the window, and the figure is the sum over streams (for a static batch: "
-               "batch x (n-1) / (last - first token)). **End-to-end tok/s**: all new tokens over the time from issuing the requests to the last token "
-               "(prefills included). `x raw`: ratio to the raw loop of that layout at the same batch size in this run. The raw "
-               "loops prefill their one prompt once and repeat its KV into every row (their TTFT is not "
-               "comparable); everything else prefills every prompt. Triton: one client and gRPC stream per "
-               "request. onnxruntime-genai's one-Generator-per-request rows run each Generator in its own "
-               "thread, all started together"
-               f"{'' if concurrency.SHORT_TOKENS >= section.n else f' (from 4 streams on with {concurrency.SHORT_TOKENS} new tokens: 16 x {section.n} would take minutes)'}. Tokens: each row against the in-process engine's row for the "
-               "same prompt; a difference is classified by the raw concat loop's top-2 logit gap at the first "
-               "differing token (teacher-forced).\n\n")
+        short_note = ("" if concurrency.SHORT_TOKENS >= section.n else
+                      f" (from 4 streams on with {concurrency.SHORT_TOKENS} new tokens: 16 x {section.n} would take "
+                      "minutes)")
+        md += (
+            "\n## Concurrent streams, GQA beside concat (part 2)\n\n"
+            f"Same run, before the part-1 rounds. Every stream: a distinct prompt of exactly {section.length} tokens "
+            f"(no two share a KV page, so no prefix-cache hits), greedy, exactly {section.n} new tokens, so decode "
+            f"runs at a past of {lo}-{hi}. Each level has its own prompts, the same for every system; one run per "
+            "system and level, after a short warm-up at that level's batch size; at "
+            f"{' and '.join(str(x) for x in concurrency.REPEAT_LEVELS)} stream(s) the raw loops, the engine and "
+            f"Triton run {concurrency.PASSES} passes, each on fresh prompts, in alternating order (A B C D, D C B A, "
+            "...), before the other systems' one run (a machine too slow for the time budget loses those first), "
+            "and their rate is the mean of the passes (`per pass`); the Triton row with `stream_interval` 4 "
+            "shares the server with the default Triton row, so it gets prompts of its own (the same prompts would "
+            "be prefix-cache hits there). `load` is the load average just before the (first) run (2 cores). "
+            "**Decode tok/s, steady**: the window runs from the "
+            "moment the last stream got its first token until the first stream got its last (prefills and the "
+            "tail are outside it); each stream's rate there is its tokens after its first one in the window over "
+            "the time to its last one in the window, and the figure is the sum over streams (for a static batch: "
+            "batch x (n-1) / (last - first token)). **End-to-end tok/s**: all new tokens over the time from issuing "
+            "the requests to the last token "
+            "(prefills included). `x raw`: ratio to the raw loop of that layout at the same batch size in this run. "
+            "The raw "
+            "loops prefill their one prompt once and repeat its KV into every row (their TTFT is not "
+            "comparable); everything else prefills every prompt. Triton: one client and gRPC stream per "
+            "request. onnxruntime-genai's one-Generator-per-request rows run each Generator in its own "
+            "thread, all started together"
+            f"{short_note}. Tokens: each row against the in-process engine's row for the "
+            "same prompt; a difference is classified by the raw concat loop's top-2 logit gap at the first "
+            "differing token (teacher-forced).\n\n"
+        )
         md += concurrency.table(section, conc_figs, raws, token_notes, versions)
         if section.poisson is not None:
             md += "\n### Poisson arrivals through Triton\n\n"

@@ -55,8 +55,12 @@ def main() -> None:
         decoder.decode(ids, seqlens)
 
     try:
-        seconds = alternate({"quiet": step, "woken": step}, args.passes, CALLS,
-                            before=lambda name: waker.send_signal(signal.SIGCONT if name == "woken" else signal.SIGSTOP))
+        seconds = alternate(
+            {"quiet": step, "woken": step},
+            args.passes,
+            CALLS,
+            before=lambda name: waker.send_signal(signal.SIGCONT if name == "woken" else signal.SIGSTOP),
+        )
     finally:
         waker.kill()
     ratio, slower = compare(seconds, "quiet", "woken")
