@@ -39,11 +39,11 @@ test-fast: setup foreign-models
 
 bench: models foreign-models
 	bench/setup.sh
-	$(PY) bench/run.py
+	$(PY) -m bench.run
 
 # 32 streaming clients for 5 minutes against a loopback-only server: errors, latency, memory.
 soak: models
-	$(PY) bench/soak.py --duration 300 --clients 32
+	$(PY) -m bench.soak --duration 300 --clients 32
 
 # Ruff on all of the Python; mypy on the tritongen package (its settings: [tool.mypy] in pyproject.toml).
 lint: setup

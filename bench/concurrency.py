@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from report import NEAR_TIE, save_figure
 
+# bench.prompts and bench.report are imported where they are used: the figures and tables need numpy alone,
+# so this module also loads as a plain module from bench/ (as tests/test_bench_figures.py loads it).
 
 # What runs, in order within a level. kind: how the worker is driven. model: the ONNX layout it runs.
 #   tiled   -> run_tiled(text, ids, n, batch): one prompt, prefilled once, KV repeated into every row
@@ -93,7 +94,7 @@ class Section:
 
 def prompt_sets(tokenizer, length: int, levels, poisson_count: int):
     """Disjoint prompt sets: per level and pass (and per own-prompt row), the Poisson run's, then short warm-ups."""
-    from prompts import long_prompts
+    from bench.prompts import long_prompts
 
     sets, used = {}, 0
     for level in levels:
@@ -252,6 +253,8 @@ def check_tokens(section: Section, raw_worker) -> dict:
     """Every row against the in-process engine's row for the same prompt (the tiled raw rows: against the
     engine's first prompt). A difference is classified at its first differing token by the raw concat loop's
     top-2 logit gap there, teacher-forced on the reference tokens: below 1e-4 a near-tie, else a MISMATCH."""
+    from bench.report import NEAR_TIE
+
     notes: dict = {}
     budget = 8  # margin look-ups (each a prefill of length + k tokens)
     records = [(k, rec) for k, rec in section.runs.items()]
@@ -398,60 +401,6 @@ def poisson_table(pf: dict) -> str:
             f"{pf['e2e_p50_s']:.1f} / {pf['e2e_p99_s']:.1f} | {pf['tokens_per_s']:.1f} |\n")
 
 
-def targets(figs: dict, raws: dict, part1: dict, levels) -> list[tuple[str, str, float | None, float, bool | None]]:
-    """(issue, what, ratio, threshold, met) for every throughput target the issues set."""
-    top = max(levels)
-
-    def tps(key, level):
-        f = figs.get((key, level))
-        return f.get("tps") if f else None
-
-    def ratio(a, b):
-        return a / b if a and b else None
-
-    rg, rc = (raws.get(("gqa", top)) or {}).get("tps"), (raws.get(("concat", top)) or {}).get("tps")
-    rg1 = (raws.get(("gqa", 1)) or {}).get("tps")
-    rows = []
-    for who in ("engine", "triton"):
-        name = "in-process engine" if who == "engine" else "Triton"
-        rows.append(("4", f"{top} streams, {name} / raw GQA b{top} loop", ratio(tps(who, top), rg), 0.9))
-        rows.append(("4", f"{top} streams, {name} / raw concat b{top} loop", ratio(tps(who, top), rc), 1.1))
-    rows.append(("4", f"{top} streams, Triton with stream_interval 4 / raw GQA b{top} loop",
-                 ratio(tps("triton-si4", top), rg), 0.9))
-    for who in ("engine", "triton"):
-        name = "in-process engine" if who == "engine" else "Triton"
-        rows.append(("4", f"1 stream, {name} / raw GQA b1 loop (past ~500)", ratio(tps(who, 1), rg1), 0.9))
-    p1 = part1 or {}
-    if p1.get("raw-gqa") and p1.get("triton"):
-        rows.append(("4", "1 stream, Triton / raw GQA b1 loop (part 1 rounds, past ~150)",
-                     ratio(p1["triton"]["tps"], p1["raw-gqa"]["tps"]), 0.9))
-    if p1.get("raw-gqa") and p1.get("engine"):
-        rows.append(("4", "1 stream, in-process engine / raw GQA b1 loop (part 1 rounds, past ~150)",
-                     ratio(p1["engine"]["tps"], p1["raw-gqa"]["tps"]), 0.9))
-    if p1.get("raw") and p1.get("triton"):
-        rows.append(("3", "1 stream, Triton / raw loop (part 1 rounds)", ratio(p1["triton"]["tps"], p1["raw"]["tps"]),
-                     0.9))
-    if p1.get("ort-genai") and p1.get("triton"):
-        rows.append(("3", "1 stream, Triton / onnxruntime-genai (part 1 rounds)",
-                     ratio(p1["triton"]["tps"], p1["ort-genai"]["tps"]), 1.0))
-    rows.append(("3", f"{top} streams, Triton / raw loop b{top} (concat)", ratio(tps("triton", top), rc), 0.8))
-    rows.append(("3", f"{top} streams, Triton / onnxruntime-genai static batch of {top}",
-                 ratio(tps("triton", top), tps("ort-genai-batch", top)), 0.9))
-    # One Generator per request in threads has no window where all of its streams decode (they finish
-    # at different times), so this one compares end-to-end rates: all new tokens / (last token - issue).
-    wall = {k: (figs.get((k, top)) or {}).get("wall_tps") for k in ("triton", "ort-genai-threads")}
-    rows.append(("3", f"{top} streams, Triton / onnxruntime-genai one Generator per request (end-to-end tok/s)",
-                 ratio(wall["triton"], wall["ort-genai-threads"]), 3.0))
-    return [(issue, what, r, th, None if r is None else r >= th) for issue, what, r, th in rows]
-
-
-def targets_table(rows) -> str:
-    head = "| issue | target | measured | threshold | |\n|---|---|---:|---:|---|\n"
-    return head + "\n".join(
-        f"| {issue} | {what} | {'n/a' if r is None else f'{r:.2f}x'} | {th:g}x | "
-        f"{'n/a' if met is None else ('met' if met else '**MISSED**')} |" for issue, what, r, th, met in rows) + "\n"
-
-
 # ---- plots ----------------------------------------------------------------------------------------------
 
 def plots(out: Path, section: Section, figs: dict, pf: dict | None) -> list[Path]:
@@ -459,6 +408,8 @@ def plots(out: Path, section: Section, figs: dict, pf: dict | None) -> list[Path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from bench.report import save_figure
 
     written = []
     fig, ax = plt.subplots(figsize=(9, 5), dpi=80)

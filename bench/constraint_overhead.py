@@ -15,7 +15,7 @@ Beside wall-clock step time it reports the process's CPU time per decode
 step (every thread: onnxruntime, the mask thread, Python), which load from
 other processes barely moves.
 
-    .venv/bin/python bench/constraint_overhead.py [--rounds 12] [--tokens 24]
+    .venv/bin/python -m bench.constraint_overhead [--rounds 12] [--tokens 24]
 """
 
 from __future__ import annotations

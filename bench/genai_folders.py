@@ -9,7 +9,7 @@ alone, greedy, the same number of new tokens, in alternating passes; the figures
 medians. The folders are used in place (onnxruntime-genai reads a copy of genai_config.json beside links to
 the folder's files, with its batch size and thread count set).
 
-    .venv/bin/python bench/genai_folders.py [--passes 3] [--tokens 64]
+    .venv/bin/python -m bench.genai_folders [--passes 3] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import queue
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,13 +29,11 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from prompts import PROMPTS  # noqa: E402
+from bench.prompts import PROMPTS
+from tritongen.runtime.tokenizer import TextTokenizer
+from tritongen.serve import TritonServer, folder_repository
 
-from tritongen.runtime.tokenizer import TextTokenizer  # noqa: E402
-from tritongen.serve import TritonServer, folder_repository  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FOLDERS = ("smollm2-genai-int4", "smollm2-genai-fp32")
 STREAMS = 16
@@ -57,8 +54,11 @@ def og_folder(folder: Path, work: Path, threads: int) -> Path:
 
 class GenaiWorker:
     def __init__(self, folder: Path):
-        self.process = subprocess.Popen([str(ROOT / ".venv-genai" / "bin" / "python"), str(HERE / "genai_worker.py"),
-                                         str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # .venv-genai's interpreter has onnxruntime-genai but not tritongen; it can still run the worker as a
+        # module of the bench package (bench/__init__.py imports nothing) with the repository root as its cwd.
+        self.process = subprocess.Popen([str(ROOT / ".venv-genai" / "bin" / "python"), "-m", "bench.genai_worker",
+                                         str(Path(folder).absolute())], cwd=ROOT, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
         self.config = json.loads(self.process.stdout.readline())
 
     def ask(self, job: dict) -> dict:
@@ -161,14 +161,6 @@ def markdown(name: str, r: dict, threads: int) -> str:
             f"{rate['triton-1'] / rate['og-generator']:.2f}x | {r['same_1']} |\n"
             f"| {STREAMS} | {rate['triton-16']:.1f} tok/s | og.Engine {rate['og-engine']:.1f} tok/s | "
             f"{rate['triton-16'] / rate['og-engine']:.2f}x | {r['same_16']} of {STREAMS} |\n")
-
-
-def targets(r: dict) -> list[tuple]:
-    """(issue, target, ratio, threshold, met) rows for the bench's targets table."""
-    one = r["rate"]["triton-1"] / r["rate"]["og-generator"]
-    many = r["rate"]["triton-16"] / r["rate"]["og-engine"]
-    return [(26, "1 stream, Triton / og.Generator on the genai int4 folder", one, 1.0, one >= 1.0),
-            (26, "16 streams, Triton / og.Engine on the genai int4 folder", many, 1.0, many >= 1.0)]
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -12,17 +12,10 @@ import time
 import numpy as np
 import onnxruntime_genai as og
 
-model = og.Model(sys.argv[1])
-engine = og.Engine(model)
-caps = engine.get_capabilities()
-config = json.load(open(f"{sys.argv[1]}/genai_config.json"))
-print(json.dumps({"version": og.__version__ if hasattr(og, "__version__") else "0.18.0",
-                  "engine": config.get("engine", {}), "max_batch": caps.configured_max_batch_size,
-                  "session_options": config["model"]["decoder"]["session_options"]}), flush=True)
 TOKEN, FINISHED = int(og.EngineEventFlags.TOKEN.value), int(og.EngineEventFlags.TURN_FINISHED.value)
 
 
-def generator(ids: list[int], tokens: int) -> list[int]:
+def generator(model, ids: list[int], tokens: int) -> list[int]:
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=len(ids) + tokens, min_length=len(ids) + tokens, do_sample=False)
     gen = og.Generator(model, params)
@@ -32,7 +25,7 @@ def generator(ids: list[int], tokens: int) -> list[int]:
     return [int(t) for t in gen.get_sequence(0)[len(ids):]]
 
 
-def batch(prompts: list[list[int]], tokens: int) -> list[list[int]]:
+def batch(engine, prompts: list[list[int]], tokens: int) -> list[list[int]]:
     buffer = engine.create_event_buffer(256)
     requests, out = [], {}
     for ids in prompts:
@@ -55,11 +48,23 @@ def batch(prompts: list[list[int]], tokens: int) -> list[list[int]]:
     return results
 
 
-for line in sys.stdin:
-    job = json.loads(line)
-    start = time.perf_counter()
-    if "generator" in job:
-        result = generator(job["generator"], job["tokens"])
-    else:
-        result = batch(job["engine"], job["tokens"])
-    print(json.dumps({"seconds": time.perf_counter() - start, "tokens": result}), flush=True)
+def main() -> None:
+    model = og.Model(sys.argv[1])
+    engine = og.Engine(model)
+    caps = engine.get_capabilities()
+    config = json.load(open(f"{sys.argv[1]}/genai_config.json"))
+    print(json.dumps({"version": og.__version__ if hasattr(og, "__version__") else "0.18.0",
+                      "engine": config.get("engine", {}), "max_batch": caps.configured_max_batch_size,
+                      "session_options": config["model"]["decoder"]["session_options"]}), flush=True)
+    for line in sys.stdin:
+        job = json.loads(line)
+        start = time.perf_counter()
+        if "generator" in job:
+            result = generator(model, job["generator"], job["tokens"])
+        else:
+            result = batch(engine, job["engine"], job["tokens"])
+        print(json.dumps({"seconds": time.perf_counter() - start, "tokens": result}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,7 @@
 0 / 4, the tied LM head quantized or left fp32. For each: teacher-forced top-1 agreement with fp32 and the
 largest logit drift over ~1,100 positions of varied text (the standard library's module documentation and two
 chats), and decode rates at 1 and 16 streams in the in-process engine, as ratios to fp32 measured in
-alternating passes. A one-off report (not in `make bench` or CI): `.venv/bin/python bench/int4_variants.py`.
+alternating passes. A one-off report (not in `make bench` or CI): `.venv/bin/python -m bench.int4_variants`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import queue
 import shutil
 import statistics
-import sys
 import tempfile
 import textwrap
 import threading
@@ -22,17 +21,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from bench.alternating import alternate
+from bench.prompts import PROMPTS
+from tritongen.engine.engine import Engine
+from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
+from tritongen.model_build.int4 import quantize_int4
+from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.tokenizer import TextTokenizer
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from alternating import alternate  # noqa: E402
-from prompts import PROMPTS  # noqa: E402
-
-from tritongen.engine.engine import Engine  # noqa: E402
-from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest  # noqa: E402
-from tritongen.model_build.int4 import quantize_int4  # noqa: E402
-from tritongen.runtime.kv_slots import SlotDecoder  # noqa: E402
-from tritongen.runtime.tokenizer import TextTokenizer  # noqa: E402
-
 FP32 = ROOT / "model_repository" / "target_gqa"
 
 

@@ -4,7 +4,7 @@ Teacher-forced: a prefix's KV goes through each codec (as a page read back
 from the store would), then a continuation is run on top of it in one call;
 its logits at every position are compared with the all-f32 run.
 
-    .venv/bin/python bench/kv_dtypes.py
+    .venv/bin/python -m bench.kv_dtypes
 """
 
 from __future__ import annotations

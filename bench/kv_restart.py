@@ -4,7 +4,7 @@ One run: start Triton with the LocalTiered connector (disk tier in a temp
 folder), send prompt A, stop; start again, send A (its chunks come back
 from disk) and a fresh prompt B of the same length (cold, the reference).
 
-    .venv/bin/python bench/kv_restart.py
+    .venv/bin/python -m bench.kv_restart
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
-from variant_repository import variant_repository
 
+from bench.variant_repository import variant_repository
 from tritongen.serve import TritonServer
 
 WORDS = "river stone market bridge lantern harbor orchard meadow tower garden".split()

@@ -5,7 +5,7 @@
 2. What bringing a preempted sequence back costs: copying its KV pages from
    the page store into a slot ("swap in") versus recomputing them (prefill).
 
-    .venv/bin/python bench/kv_reuse.py
+    .venv/bin/python -m bench.kv_reuse
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 parameter, N streams (16 by default) of 448-token prompts and 96 new tokens each, passes alternating
 between them (A B, B A, ...), each pass on fresh prompts; the steady decode rate as `make bench` computes it.
 
-    .venv/bin/python bench/pin_threads.py [--passes 6] [--streams 16]
+    .venv/bin/python -m bench.pin_threads [--passes 6] [--streams 16]
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from concurrency import figures
-from prompts import long_prompts
-from systems import TritonGrpc
-from variant_repository import ROOT, variant_repository
 
+from bench.concurrency import figures
+from bench.prompts import long_prompts
+from bench.systems import TritonGrpc
+from bench.variant_repository import ROOT, variant_repository
 from tritongen.runtime.tokenizer import TextTokenizer
 from tritongen.serve import TritonServer
 

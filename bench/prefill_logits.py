@@ -4,7 +4,7 @@ The served GroupQueryAttention decoder takes `num_logits_to_keep`: the engine as
 logits of its last position only (the token it samples), verification for every position. This times the
 same chunk both ways on the same model file, alternating, and prints the ratio.
 
-    .venv/bin/python bench/prefill_logits.py [--chunk 256] [--passes 20]
+    .venv/bin/python -m bench.prefill_logits [--chunk 256] [--passes 20]
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 import numpy as np
-from alternating import alternate, compare
 
+from bench.alternating import alternate, compare
 from tritongen.runtime.kv_slots import SlotDecoder
 from tritongen.runtime.repository import onnx_path
 

@@ -1,6 +1,6 @@
 """Soak: concurrent streaming gRPC clients against the real generator for a fixed time.
 
-    .venv/bin/python bench/soak.py --duration 300 --clients 32      # what `make soak` runs
+    .venv/bin/python -m bench.soak --duration 300 --clients 32      # what `make soak` runs
 
 Starts tritonserver on the repository (loopback addresses only, free ports) unless --grpc-url
 points at a running one, warms it up, then runs --clients client threads, each with one gRPC
@@ -29,9 +29,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import np_to_triton_dtype
 
+from tritongen.serve import TritonServer, scrape_metrics
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "backend_src"))
-from tritongen.serve import TritonServer, scrape_metrics  # noqa: E402
 
 PROMPTS = [
     "Tell me a short story about a lighthouse keeper.",

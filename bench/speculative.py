@@ -6,7 +6,7 @@ verification and decode tokens/s as a ratio to plain greedy measured in
 the same run. All modes run an input-grounded task (spelling correction: the
 answer mostly repeats the prompt), the case prompt lookup is made for.
 
-    .venv/bin/python bench/speculative.py
+    .venv/bin/python -m bench.speculative
 """
 
 from __future__ import annotations

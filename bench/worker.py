@@ -12,7 +12,7 @@ import traceback
 
 
 def _serve(conn, kind: str, options: dict) -> None:
-    from systems import KINDS
+    from bench.systems import KINDS
 
     try:
         started = time.perf_counter()

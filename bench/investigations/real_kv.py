@@ -1,7 +1,7 @@
 """A GroupQueryAttention decoder whose KV holds real prompts, for the single-step timings.
 
 Random KV values are not neutral: the attention over random keys underflows to denormal numbers and the
-same rows time differently (bench/README.md, ragged_rows). Prefilled prompts give the KV a real run has.
+same rows time differently (README.md here, ragged_rows). Prefilled prompts give the KV a real run has.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from prompts import long_prompts
 
+from bench.prompts import long_prompts
 from tritongen.runtime.cpu_threads import pin_calling_thread
 from tritongen.runtime.kv_slots import SlotDecoder
 from tritongen.runtime.repository import onnx_path
 from tritongen.runtime.tokenizer import TextTokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def prefilled_decoder(rows: int, length: int) -> SlotDecoder:

@@ -6,7 +6,7 @@ thread, the share of samples per function (self and inclusive) and the top stack
 profiler is not slower by more than the sampling's CPU cost (one core for py-spy at --rate; the machine has 2,
 so read shares, not speeds, from a profiled run).
 
-    .venv/bin/python bench/profile_streams.py [--targets engine,triton] [--rate 100] [--native]
+    .venv/bin/python -m bench.investigations.profile_streams [--targets engine,triton] [--rate 100] [--native]
 
 Writes the collapsed stacks to bench/results/raw/profile-<target>.txt (flamegraph.pl / speedscope input).
 """
@@ -22,13 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+from bench.prompts import long_prompts
+from bench.worker import Worker
 
-from prompts import long_prompts  # noqa: E402
-from worker import Worker  # noqa: E402
-
+BENCH = Path(__file__).resolve().parents[1]
+ROOT = BENCH.parent
 PY_SPY = Path(sys.prefix) / "bin" / "py-spy"
 
 
@@ -107,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--rate", type=int, default=100)
     ap.add_argument("--native", action="store_true", help="also sample native (C/C++) frames")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "raw")
+    ap.add_argument("--out", type=Path, default=BENCH / "results" / "raw")
     args = ap.parse_args(argv)
     if not PY_SPY.is_file():
         print(f"{PY_SPY} missing: bench/setup.sh installs the bench extra (py-spy)", file=sys.stderr)
@@ -129,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             worker = Worker("engine", "engine", model_repository=str(args.model_repository))
         else:
             server = TritonServer(args.model_repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
-                                  log_file=HERE / "work" / "tritonserver-profile.log")
+                                  log_file=BENCH / "work" / "tritonserver-profile.log")
             server.start(timeout=300)
             worker = Worker("triton", "triton", grpc_url=server.url_grpc)
         try:

@@ -6,7 +6,7 @@ Every streamed token is a response: an IPC round trip from the python-backend st
 gRPC to the client. On a machine where onnxruntime's threads hold every CPU, each of those wake-ups stops
 one of them in the middle of an operator and the other waits for it. With a CPU left over they run there.
 
-    .venv/bin/python bench/spare_core.py [--passes 6]
+    .venv/bin/python -m bench.investigations.spare_core [--passes 6]
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from concurrency import figures
-from prompts import long_prompts
-from variant_repository import variant_repository
-from worker import Worker
 
+from bench.concurrency import figures
+from bench.prompts import long_prompts
+from bench.variant_repository import variant_repository
+from bench.worker import Worker
 from tritongen.runtime.tokenizer import TextTokenizer
 from tritongen.serve import TritonServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STREAMS, LENGTH, NEW_TOKENS = 16, 448, 96  # make bench's 16-stream level
 
 

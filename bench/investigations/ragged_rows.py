@@ -5,9 +5,9 @@ one chunk per step, so the first stream is some 27 tokens ahead of the last. The
 prompt and copies it into every row, so its rows are aligned. This times one decode step over 16 rows at
 the same mean length both ways, on the same model file and buffers, alternating, and prints the ratio.
 The KV holds 16 real prompts (the concurrency runs' kind), prefilled: with random values instead the
-attention underflows to denormal numbers and the same rows time differently (see bench/README.md).
+attention underflows to denormal numbers and the same rows time differently (see README.md here).
 
-    .venv/bin/python bench/ragged_rows.py [--mean 496] [--span 27] [--passes 20]
+    .venv/bin/python -m bench.investigations.ragged_rows [--mean 496] [--span 27] [--passes 20]
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import argparse
 import os
 
 import numpy as np
-from alternating import alternate, compare
-from real_kv import prefilled_decoder
+
+from bench.alternating import alternate, compare
+from bench.investigations.real_kv import prefilled_decoder
 
 ROWS = 16
 CALLS = 5  # decode steps per case and pass

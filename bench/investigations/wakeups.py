@@ -2,13 +2,13 @@
 
 Serving through Triton adds many small pieces of work beside the model: each streamed response wakes
 the generator's send thread, tritonserver's threads and the client's. Together they use a few percent
-of the CPUs (bench/README.md), but each wake-up lands on a CPU where one of onnxruntime's two threads is
+of the CPUs (README.md here), but each wake-up lands on a CPU where one of onnxruntime's two threads is
 computing, and the other then waits for it at the end of the operator. This runs a 16-row decode step
 with a process beside it that wakes `--rate` times a second for `--busy-us` microseconds, stopped and
 running in alternate passes (SIGSTOP / SIGCONT), and prints the ratio of the step times. The KV holds 16
-real prompts of PAST tokens (bench/real_kv.py).
+real prompts of PAST tokens (real_kv.py).
 
-    .venv/bin/python bench/wakeups.py [--rate 1000] [--busy-us 50] [--passes 20]
+    .venv/bin/python -m bench.investigations.wakeups [--rate 1000] [--busy-us 50] [--passes 20]
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import subprocess
 import sys
 
 import numpy as np
-from alternating import alternate, compare
-from real_kv import prefilled_decoder
+
+from bench.alternating import alternate, compare
+from bench.investigations.real_kv import prefilled_decoder
 
 ROWS, PAST = 16, 496
 CALLS = 5  # decode steps per pass and state
