@@ -53,8 +53,12 @@ from .triton.lockdown import (
     server_args,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
+# The generator's model folder (config.pbtxt and 1/model.py) ships inside the package, so an installed
+# tritongen serves a model folder without a checkout.
+GENERATOR_MODEL = Path(__file__).resolve().parent / "triton" / "generator_model"
+# From a checkout, the repository `make models` fills; installed, ./model_repository.
+_CHECKOUT_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+DEFAULT_MODEL_REPOSITORY = _CHECKOUT_REPOSITORY if _CHECKOUT_REPOSITORY.is_dir() else Path("model_repository")
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -127,8 +131,7 @@ def _die_with_parent() -> None:
 SPECULATIVE_FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 
 
-def folder_repository(model: Path, variant: str = "", speculative: dict[str, Path] | None = None,
-                      base: Path = DEFAULT_MODEL_REPOSITORY) -> Path:
+def folder_repository(model: Path, variant: str = "", speculative: dict[str, Path] | None = None) -> Path:
     """A temporary repository whose generator serves the model folder at `model` in place (read, never written).
 
     The model-based speculative modes are off unless `speculative` names their folders.
@@ -137,7 +140,7 @@ def folder_repository(model: Path, variant: str = "", speculative: dict[str, Pat
     if not model.is_dir():
         raise RuntimeError(f"model folder not found: {model}")
     repository = Path(tempfile.mkdtemp(prefix="tritongen-repository-"))
-    shutil.copytree(base / "generator", repository / "generator", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(GENERATOR_MODEL, repository / "generator", ignore=shutil.ignore_patterns("__pycache__"))
     path = repository / "generator" / "config.pbtxt"
     config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
     config.parameters["target_model"].string_value = str(model)
@@ -286,7 +289,8 @@ class TritonServer:
 def main(argv: list[str] | None = None) -> int:
     env = os.environ
     ap = argparse.ArgumentParser(prog="python -m tritongen.serve", description=__doc__.split("\n")[0])
-    ap.add_argument("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY)
+    ap.add_argument("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY,
+                    help="serve this Triton model repository (default: the checkout's, else ./model_repository)")
     ap.add_argument("--model", type=Path,
                     help="serve this model folder in place (ours, onnxruntime-genai's, Optimum's or the hub layout)")
     ap.add_argument("--model-variant", default="", help="with the hub layout: onnx/model_<variant>.onnx")
@@ -314,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     repository = args.model_repository
     if args.model is not None:
         speculative = {key: getattr(args, key) for key in SPECULATIVE_FOLDERS if getattr(args, key)}
-        repository = folder_repository(args.model, args.model_variant, speculative, args.model_repository)
+        repository = folder_repository(args.model, args.model_variant, speculative)
     server = TritonServer(repository, args.models or ["generator"], args.http_port,
                           args.grpc_port, args.metrics_port, args.log_file, host=args.host,
                           key_file=args.operator_key_file)

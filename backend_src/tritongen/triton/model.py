@@ -29,6 +29,8 @@ from .request_inputs import ParsedRequest, RequestError, named_error, parse_requ
 from .request_limits import load_json
 from .responder import FINAL, RequestResponder, error_response
 
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # where this tritongen was imported from, for the load log
+
 
 def _exit_thread() -> None:
     raise SystemExit("injected response thread exit")
@@ -71,7 +73,8 @@ class TritonPythonModel:
         self.model_name = args["model_name"]
         self.fault_injection = os.environ.get("TRITONGEN_FAULT_INJECTION") == "1"
         warm = self.engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2)))
-        self.logger.log_info(f"generator ready: target {target} ({self.engine.files.layout} layout, "
+        self.logger.log_info(f"generator ready: tritongen at {PACKAGE_DIR}, target {target} "
+                             f"({self.engine.files.layout} layout, "
                              f"{type(self.engine.decoder).__name__}), {self.engine.memory_line}; warm-up produced "
                              f"{len(warm.token_ids)} tokens")
 
