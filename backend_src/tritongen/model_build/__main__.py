@@ -40,8 +40,10 @@ def default_gguf() -> Path:
 
 
 def builder_hash() -> str:
+    """The builder's sources and data files (the trained head's weights): a change of either rebuilds."""
     h = hashlib.sha256(BUILDER_VERSION.encode())
-    for src in sorted(Path(_pkg_file).parent.glob("*.py")):
+    folder = Path(_pkg_file).parent
+    for src in sorted(folder.glob("*.py")) + sorted(folder.glob("*.npz")):
         h.update(src.read_bytes())
     return h.hexdigest()[:16]
 

@@ -15,8 +15,22 @@ import numpy as np
 import onnx
 
 from .heads import build_eagle3_head, build_mtp_head, build_shared_kv_head
-from .llama_weights import LlamaWeights, hidden_state_layers
+from .llama_weights import LlamaSpec, LlamaWeights, hidden_state_layers
 from .onnx_folder import triton_config
+
+# SmolLM2-135M's trained EAGLE-3 head (scripts/eagle3/: self-distilled, float16, reduced draft vocabulary).
+TRAINED_EAGLE3 = Path(__file__).with_name("eagle3_smollm2.npz")
+_SPEC_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+
+
+def trained_eagle3(spec: LlamaSpec, path: Path = TRAINED_EAGLE3) -> dict[str, np.ndarray] | None:
+    """The trained head's weights when they were trained for a target of this spec, else None (seeded head)."""
+    if not path.exists():
+        return None
+    with np.load(path) as npz:
+        if npz["target_spec"].tolist() != [getattr(spec, f) for f in _SPEC_FIELDS]:
+            return None
+        return {k: npz[k] if k == "d2t" else npz[k].astype(np.float32) for k in npz.files if k != "target_spec"}
 
 
 def write_target_matrices(target_folder: Path, weights: LlamaWeights) -> None:
@@ -39,7 +53,7 @@ def write_heads(repo: Path, target: str, weights: LlamaWeights, prefix: str = ""
     _write(repo / f"{prefix}mtp_head", build_mtp_head(spec, seed), {
         "kind": "mtp", "head_model": f"{prefix}mtp_head/1/model.onnx", "target_hidden_output": "last_hidden_state",
         "embedding_weights": embedding, "lm_head_weights": lm_head, "kv_mode": "grow_cache", **sizes})
-    _write(repo / f"{prefix}eagle3_head", build_eagle3_head(spec, weights.embedding, seed), {
+    _write(repo / f"{prefix}eagle3_head", build_eagle3_head(spec, weights.embedding, seed, trained_eagle3(spec)), {
         "kind": "eagle3", "head_model": f"{prefix}eagle3_head/1/model.onnx",
         "target_hidden_outputs": [f"hidden_states.{low}", f"hidden_states.{mid}", f"hidden_states.{high}"],
         "embedding_weights": embedding, "kv_mode": "grow_cache", **sizes})

@@ -1,9 +1,10 @@
-"""Speculative heads for a llama target: MTP, EAGLE-3 and a shared-KV assistant, seeded.
+"""Speculative heads for a llama target: MTP, EAGLE-3 and a shared-KV assistant.
 
-No trained heads exist offline, so the weights are seeded random (the LM
-heads start as the target's tied embedding). Every proposed token is
-verified by the target, so greedy output stays exact whatever the weights;
-only the acceptance rate depends on them.
+The weights are seeded random (the LM heads start as the target's tied
+embedding), except an EAGLE-3 head built from trained weights
+(`build_eagle3_head(weights=...)`, SmolLM2's: eagle3_smollm2.npz, trained by
+scripts/eagle3/). Every proposed token is verified by the target, so greedy
+output stays exact whatever the weights; only the acceptance rate depends on them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .decoder_graph import OPSET, ConcatAttention, Graph, rms_norm, rope_tables, rotary, split_heads, swiglu
+from .decoder_graph import F32_MIN, OPSET, ConcatAttention, Graph, rms_norm, rope_tables, rotary, split_heads, swiglu
 from .llama_weights import LlamaSpec
 
 
@@ -32,22 +33,34 @@ def _value(name: str, dims: list, dtype=TensorProto.FLOAT) -> onnx.ValueInfoProt
 
 
 class _Head:
-    """Shared scaffolding: a Graph, seeded weights, one llama layer."""
+    """Shared scaffolding: a Graph, seeded (or given) weights, one llama layer.
 
-    def __init__(self, spec: LlamaSpec, seed: int):
+    `weights`: initializer name -> array, used instead of the seeded values wherever a name is present."""
+
+    def __init__(self, spec: LlamaSpec, seed: int, weights: dict[str, np.ndarray] | None = None):
         self.spec = replace(spec, num_layers=1)
         self.g = Graph()
         self.rng = np.random.default_rng(seed)
+        self.weights = weights or {}
         g = self.g
         g.const("c_two", np.float32(2.0))
         g.const("c_eps", np.float32(spec.rms_eps))
         g.const("c_axis_last", np.array([-1], np.int64))
 
+    def given(self, name: str, seeded: np.ndarray) -> np.ndarray:
+        if name not in self.weights:
+            return seeded
+        value = np.asarray(self.weights[name], np.float32)
+        if value.shape != seeded.shape:
+            raise ValueError(f"head weight {name}: shape {value.shape}, the graph needs {seeded.shape}")
+        return value
+
     def matrix(self, name: str, rows: int, cols: int) -> str:
-        return self.g.const(name, (self.rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32))
+        seeded = (self.rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32)
+        return self.g.const(name, self.given(name, seeded))
 
     def norm_weight(self, name: str) -> str:
-        return self.g.const(name, np.ones(self.spec.hidden_size, np.float32))
+        return self.g.const(name, self.given(name, np.ones(self.spec.hidden_size, np.float32)))
 
     def mlp(self, x: str) -> str:
         h, ff = self.spec.hidden_size, self.spec.intermediate_size
@@ -56,21 +69,32 @@ class _Head:
         self.matrix("mlp.down_t", ff, h)
         return self.g.op("Add", [x, swiglu(self.g, rms_norm(self.g, x, self.norm_weight("mlp.norm")), "mlp.")])
 
-    def logits(self, x: str, lm_head: np.ndarray) -> str:
+    def logits(self, x: str, lm_head: np.ndarray, d2t: np.ndarray | None = None) -> str:
+        """Logits over the target's vocabulary. With `d2t` (draft row -> target id), `lm_head` has one row per
+        draft token and the rows' logits are scattered into a full-width row holding float32 min elsewhere."""
         g = self.g
         g.const("lm_head", lm_head)
         last = rms_norm(g, x, self.norm_weight("final_norm"))
         flat = g.op("Reshape", [last, g.const("c_flat", np.array([-1, self.spec.hidden_size], np.int64))])
+        rows = g.op("Gemm", [flat, "lm_head"], transB=1)
+        if d2t is not None:
+            full = g.op("Concat", [g.op("Shape", [flat], start=0, end=1),
+                                   g.const("c_full_vocab", np.array([self.spec.vocab_size], np.int64))], axis=0)
+            floor = helper.make_tensor("floor", TensorProto.FLOAT, [1], [F32_MIN])
+            index = g.op("Expand", [g.const("d2t", np.asarray(d2t, np.int64).reshape(1, -1)), g.op("Shape", [rows])])
+            rows = g.op("ScatterElements", [g.op("ConstantOfShape", [full], value=floor), index, rows], axis=1)
+        vocab = self.spec.vocab_size if d2t is not None else lm_head.shape[0]
         shape = g.op("Concat", [g.op("Shape", [x], start=0, end=2),
-                                g.const("c_vocab", np.array([lm_head.shape[0]], np.int64))], axis=0)
-        return g.op("Reshape", [g.op("Gemm", [flat, "lm_head"], transB=1), shape], out="logits")
+                                g.const("c_vocab", np.array([vocab], np.int64))], axis=0)
+        return g.op("Reshape", [rows, shape], out="logits")
 
     def concat_attention_layer(self, x: str, sequence_input: str) -> str:
         """One attention block over the head's own concat past/present (grow-cache)."""
         s, r = self.spec, self.rng
         h, kv = s.hidden_size, s.num_kv_heads * s.head_dim
         mat = lambda o, i: (r.standard_normal((o, i)) / np.sqrt(i)).astype(np.float32)  # noqa: E731
-        lw = _Qkv(mat(h, h), mat(kv, h), mat(kv, h))
+        q, k, v = mat(h, h), mat(kv, h), mat(kv, h)
+        lw = _Qkv(*(self.given(f"layers.0.{n}_t", w.T).T for n, w in (("q", q), ("k", k), ("v", v))))
         attn = ConcatAttention(self.g, s, sequence_input)
         ctx = attn.layer(self.g, 0, lw, rms_norm(self.g, x, self.norm_weight("attn_norm")))
         return self.g.op("Add", [x, self.g.op("MatMul", [ctx, self.matrix("attn.o_t", h, h)])])
@@ -107,9 +131,17 @@ def build_mtp_head(spec: LlamaSpec, seed: int = 0) -> onnx.ModelProto:
     return head.model("mtp_head", inputs, [_value("hidden_out", ["batch", "seq", h])] + kv_out)
 
 
-def build_eagle3_head(spec: LlamaSpec, lm_head: np.ndarray, seed: int = 0) -> onnx.ModelProto:
-    """First step: fc(concat(low, mid, high target hidden)); later steps: its own hidden_out, recycled."""
-    head, h = _Head(spec, seed), spec.hidden_size
+def build_eagle3_head(spec: LlamaSpec, lm_head: np.ndarray, seed: int = 0,
+                      weights: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
+    """First step: fc(concat(low, mid, high target hidden)); later steps: its own hidden_out, recycled.
+
+    `weights` (trained; initializer names as below, matrices [in, out]) replace the seeded ones; with a `d2t`
+    entry (draft row -> target id) `lm_head` is theirs, one row per draft token, and the graph scatters the
+    draft logits into the full vocabulary (the rest float32 min), so the proposer sees the target's ids."""
+    head, h = _Head(spec, seed, weights), spec.hidden_size
+    d2t = (weights or {}).get("d2t")
+    if d2t is not None:
+        lm_head = np.asarray(head.weights["lm_head"], np.float32)
     g = head.g
     target = g.op("MatMul", ["target_hidden", head.matrix("fc3_t", 3 * h, h)])
     use = "use_target"
@@ -120,11 +152,12 @@ def build_eagle3_head(spec: LlamaSpec, lm_head: np.ndarray, seed: int = 0) -> on
                         head.matrix("fc_t", 2 * h, h)])
     x = head.mlp(head.concat_attention_layer(x, "inputs_embeds"))
     g.op("Identity", [x], out="hidden_out")
-    head.logits(x, lm_head)
+    head.logits(x, lm_head, d2t)
     kv_in, kv_out = head.kv_io()
     inputs = [_value("target_hidden", ["batch", "seq", 3 * h]), _value("draft_hidden", ["batch", "seq", h]),
               _value("use_target", [1]), _value("inputs_embeds", ["batch", "seq", h])] + kv_in
-    outputs = [_value("logits", ["batch", "seq", lm_head.shape[0]]), _value("hidden_out", ["batch", "seq", h])]
+    vocab = spec.vocab_size if d2t is not None else lm_head.shape[0]
+    outputs = [_value("logits", ["batch", "seq", vocab]), _value("hidden_out", ["batch", "seq", h])]
     return head.model("eagle3_head", inputs, outputs + kv_out)
 
 
