@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup models foreign-models serve serve-openai demo test test-fast lint clean bench soak
+.PHONY: setup models foreign-models train-eagle3 serve serve-openai demo test test-fast lint clean bench soak
 
 setup: $(SETUP_STAMP)
 
@@ -19,6 +19,18 @@ models: setup
 # (converter environments .venv-genai and .venv-optimum; cached).
 foreign-models: setup
 	scripts/convert/build.sh
+
+# SmolLM2's EAGLE-3 head, trained here (about 35 minutes on two cores; each stage cached under build/eagle3,
+# training resumes from its checkpoint): self-distilled answers, the target's hidden taps, torch training in
+# .venv-genai, float16 weights written to backend_src/tritongen/model_build/eagle3_smollm2.npz, then the
+# models rebuilt from them. scripts/eagle3/ documents each stage.
+EAGLE3_DATA := build/eagle3
+train-eagle3: models
+	scripts/convert/setup.sh
+	$(PY) scripts/eagle3/data.py --out $(EAGLE3_DATA) --train 300 --heldout 32 --rounds 2
+	$(PY) scripts/eagle3/features.py --data $(EAGLE3_DATA)
+	.venv-genai/bin/python scripts/eagle3/train.py --data $(EAGLE3_DATA) --resume
+	$(PY) -m tritongen.model_build
 
 # MODEL=<folder> serves that model folder in place (no `make models` needed).
 serve: $(if $(MODEL),setup,models)
@@ -47,7 +59,7 @@ soak: models
 
 # Ruff on all of the Python; mypy on the tritongen package (its settings: [tool.mypy] in pyproject.toml).
 lint: setup
-	$(PY) -m ruff check backend_src client tests bench
+	$(PY) -m ruff check backend_src client tests bench scripts
 	$(PY) -m mypy
 
 clean:

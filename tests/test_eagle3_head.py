@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
 
 from tritongen.model_build.head_folders import TRAINED_EAGLE3, trained_eagle3
 from tritongen.model_build.heads import build_eagle3_head
@@ -129,5 +130,14 @@ def test_trained_weights_are_only_used_for_their_target() -> None:
     assert TRAINED_EAGLE3.stat().st_size < 20 * 2**20
     with np.load(TRAINED_EAGLE3) as npz:
         d2t = npz["d2t"]
-        assert npz["lm_head"].dtype == np.float16 and npz["lm_head"].shape[0] == len(d2t)
+        assert npz["fc_t"].dtype == np.float16 and "lm_head" not in npz.files  # the LM head: the target's rows
         assert {0, 1, 2} <= set(d2t.tolist()) and (np.diff(d2t) > 0).all()
+
+
+def test_draft_lm_head_defaults_to_the_target_rows() -> None:
+    """Without an `lm_head` entry the draft LM head is rows d2t of the given (target's tied) matrix."""
+    w = _weights(2)
+    embedding = np.random.default_rng(3).standard_normal((SPEC.vocab_size, SPEC.hidden_size)).astype(np.float32)
+    w.pop("lm_head")
+    inits = {i.name: i for i in build_eagle3_head(SPEC, embedding, weights=w).graph.initializer}
+    np.testing.assert_array_equal(numpy_helper.to_array(inits["lm_head"]), embedding[w["d2t"]])

@@ -7,7 +7,7 @@ Debian's documentation (/usr/share/doc, /usr/share/common-licenses) with a summa
 plus templated questions. The held-out split is drawn by source document and by template filler before
 anything is generated, so no held-out prompt shares a document or a template instance with training.
 
-    .venv/bin/python scripts/eagle3/data.py --out build/eagle3 --train 600 --heldout 48
+    .venv/bin/python scripts/eagle3/data.py --out build/eagle3 --train 300 --heldout 32 --rounds 2
 """
 
 from __future__ import annotations
@@ -158,11 +158,15 @@ def prompts(n_train: int, n_heldout: int, seed: int = 0) -> dict[str, list[dict]
     return out
 
 
-def generate(out_dir: Path, n_train: int, n_heldout: int, workers: int) -> None:
+def generate(out_dir: Path, n_train: int, n_heldout: int, workers: int, rounds: int = 1) -> None:
+    """Round r draws `n_train` more training prompts with seed r (indices r * n_train on); held-out: round 0."""
     from tritongen.engine.engine import Engine
     from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 
     plan = prompts(n_train, n_heldout)
+    for r in range(1, rounds):
+        seen = {p["text"] for p in plan["train"]}
+        plan["train"] += [p for p in prompts(n_train, 0, seed=r)["train"] if p["text"] not in seen]
     engine = Engine(ROOT / "model_repository" / "target_gqa", EngineConfig())
     lock = threading.Lock()
     try:
@@ -201,7 +205,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "eagle3")
     parser.add_argument("--train", type=int, default=600)
     parser.add_argument("--heldout", type=int, default=48)
-    parser.add_argument("--workers", type=int, default=24)
+    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=1, help="training prompts: rounds x --train, seeds 0..")
     parser.add_argument("--show", action="store_true", help="print the plan's sizes and a few prompts, no generation")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -212,7 +217,7 @@ def main() -> None:
         for p in plan["train"][::97]:
             print(repr(p["text"][:160]))
         return
-    generate(args.out, args.train, args.heldout, args.workers)
+    generate(args.out, args.train, args.heldout, args.workers, args.rounds)
 
 
 if __name__ == "__main__":

@@ -135,13 +135,14 @@ def build_eagle3_head(spec: LlamaSpec, lm_head: np.ndarray, seed: int = 0,
                       weights: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """First step: fc(concat(low, mid, high target hidden)); later steps: its own hidden_out, recycled.
 
-    `weights` (trained; initializer names as below, matrices [in, out]) replace the seeded ones; with a `d2t`
-    entry (draft row -> target id) `lm_head` is theirs, one row per draft token, and the graph scatters the
-    draft logits into the full vocabulary (the rest float32 min), so the proposer sees the target's ids."""
+    `weights` (trained; initializer names as below, matrices [in, out]) replace the seeded ones. With a `d2t`
+    entry (draft row -> target id) the LM head has one row per draft token (theirs, or by default the rows
+    d2t of the given `lm_head`, the target's tied embedding) and the graph scatters the draft logits into
+    the full vocabulary (the rest float32 min), so the proposer sees the target's ids."""
     head, h = _Head(spec, seed, weights), spec.hidden_size
     d2t = (weights or {}).get("d2t")
     if d2t is not None:
-        lm_head = np.asarray(head.weights["lm_head"], np.float32)
+        lm_head = np.asarray(head.weights.get("lm_head", lm_head[d2t]), np.float32)
     g = head.g
     target = g.op("MatMul", ["target_hidden", head.matrix("fc3_t", 3 * h, h)])
     use = "use_target"
