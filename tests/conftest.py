@@ -80,11 +80,13 @@ def tiny(tiny_folder):
 @pytest.fixture(scope="session")
 def generator_server(target_folder, target_gqa_folder, tmp_path_factory):
     """The repository as `make models` writes it, served once for every module that only sends it requests."""
-    from tritongen.serve import TritonServer
+    from triton_helpers import start_server, stop_server
 
-    log = tmp_path_factory.mktemp("triton") / "server.log"
-    with TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
-        yield srv
+    server = start_server(REPOSITORY, tmp_path_factory.mktemp("triton") / "server.log")
+    try:
+        yield server
+    finally:
+        stop_server(server)
 
 
 _running: dict[str, pytest.Item | None] = {"item": None}

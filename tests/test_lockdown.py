@@ -88,7 +88,6 @@ def test_server_args_bind_loopback_and_guard_every_control_api():
 
 
 @pytest.mark.server
-@pytest.mark.server
 def test_control_apis_refuse_clients_without_the_operator_header(target_gqa_folder, tmp_path, monkeypatch):
     monkeypatch.delenv(OPERATOR_KEY_ENV, raising=False)
     marker = tmp_path / "intruder-ran"

@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import httpx2
@@ -417,30 +418,30 @@ def valid_calls(calls, tools=TOOLS) -> list[str]:
 
 def test_twenty_tool_schemas_always_give_valid_calls(client):
     assert len(TOOLS) == 20
-    ask = [{"role": "user", "content": "Please use the tool for my request: book it, look it up, or do it."}]
-    for i, t in enumerate(TOOLS):  # each tool named, streaming every other time
-        name = t["function"]["name"]
-        kwargs = dict(model="generator", messages=ask, tools=TOOLS, temperature=0, max_tokens=120,
-                      tool_choice={"type": "function", "function": {"name": name}})
-        if i % 2:
-            chunks = list(client.chat.completions.create(stream=True, **kwargs))
+
+    patient = client.with_options(timeout=300)  # twenty at once: each waits for the batch
+
+    def call(stream: bool, **kwargs):
+        if stream:
+            chunks = list(patient.chat.completions.create(stream=True, **kwargs))
             calls = [c for ch in chunks for choice in ch.choices for c in (choice.delta.tool_calls or [])]
-            finish = [choice.finish_reason for ch in chunks for choice in ch.choices if choice.finish_reason]
-        else:
-            out = client.chat.completions.create(**kwargs)
-            calls, finish = out.choices[0].message.tool_calls, [out.choices[0].finish_reason]
+            return calls, [choice.finish_reason for ch in chunks for choice in ch.choices if choice.finish_reason]
+        out = patient.chat.completions.create(**kwargs)
+        return out.choices[0].message.tool_calls, [out.choices[0].finish_reason]
+
+    ask = [{"role": "user", "content": "Please use the tool for my request: book it, look it up, or do it."}]
+    named = [dict(model="generator", messages=ask, tools=TOOLS, temperature=0, max_tokens=120,
+                  tool_choice={"type": "function", "function": {"name": t["function"]["name"]}}) for t in TOOLS]
+    with ThreadPoolExecutor(len(named)) as pool:  # all at once: the server batches them
+        results = list(pool.map(lambda i: call(bool(i % 2), **named[i]), range(len(named))))
+    for t, (calls, finish) in zip(TOOLS, results):  # each tool named, streaming every other time
+        name = t["function"]["name"]
         assert valid_calls(calls) == [name] and finish == ["tool_calls"], (name, calls, finish)
     for stream in (False, True):  # required: the model picks among all twenty (SmolLM2, not tuned for tools, would
         # repeat parallel calls until max_tokens: one call)
-        kwargs = dict(model="generator", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-                      tools=TOOLS, tool_choice="required", temperature=0, max_tokens=200, parallel_tool_calls=False)
-        if stream:
-            chunks = list(client.chat.completions.create(stream=True, **kwargs))
-            calls = [c for ch in chunks for choice in ch.choices for c in (choice.delta.tool_calls or [])]
-            finish = [choice.finish_reason for ch in chunks for choice in ch.choices if choice.finish_reason]
-        else:
-            out = client.chat.completions.create(**kwargs)
-            calls, finish = out.choices[0].message.tool_calls, [out.choices[0].finish_reason]
+        calls, finish = call(stream, model="generator", tools=TOOLS, tool_choice="required", temperature=0,
+                             max_tokens=200, parallel_tool_calls=False,
+                             messages=[{"role": "user", "content": "What is the weather in Paris?"}])
         print(f"required, stream={stream}: {[(c.function.name, c.function.arguments) for c in calls]}")
         assert valid_calls(calls) and finish == ["tool_calls"]
 

@@ -114,7 +114,8 @@ def engine_with_all_modes(folder, draft, heads_repo) -> Engine:
     from tritongen.speculative.head_config import load_head
 
     heads = {kind: load_head(heads_repo / f"{kind}_head", K) for kind in HEAD_KINDS}
-    return Engine(folder, EngineConfig(draft_model=draft, **heads))
+    # Every batch speculates: the mixed batch below is what is being checked.
+    return Engine(folder, EngineConfig(draft_model=draft, speculative_disable_by_batch_size=0, **heads))
 
 
 @pytest.mark.parametrize("model", ["tiny", pytest.param("smollm2", marks=pytest.mark.slow)])
@@ -153,6 +154,21 @@ def test_every_mode_is_token_identical_alone_and_mixed_in_a_batch(model, request
         engine.close()
 
 
+def test_a_batch_above_the_limit_decodes_plainly_and_the_output_stays(tiny_folder):
+    prompt = "Repeat: one two three one two three one two three one two"
+    options = dict(max_new_tokens=16, stop_on_eos=False, speculative_mode=LOOKUP, num_speculative_tokens=K)
+    engine = Engine(tiny_folder, EngineConfig(speculative_disable_by_batch_size=1))
+    try:
+        want = engine.generate(GenerateRequest(prompt, GenerateOptions(max_new_tokens=16, stop_on_eos=False)))
+        alone = engine.generate(GenerateRequest(prompt, GenerateOptions(**options)))
+        _, pair = solo_and_batch(engine, [GenerateRequest(prompt, GenerateOptions(**options)) for _ in range(2)])
+    finally:
+        engine.close()
+    assert alone.token_ids == want.token_ids and alone.total_draft_tokens > 0
+    for got in pair:  # two rows decode in every step, above the limit of one: nobody speculates
+        assert got.token_ids == want.token_ids and got.total_draft_tokens == 0
+
+
 def _upper_normal(z: float) -> float:
     import math
 
@@ -178,7 +194,8 @@ def test_speculative_sampling_keeps_the_target_distribution(tiny_folder, tmp_pat
     from conftest import build_tiny
 
     other_draft = build_tiny(tmp_path / "draft", "gqa", seed=1)  # a draft that disagrees with the target
-    engine = Engine(tiny_folder, EngineConfig(draft_model=other_draft, max_queue_len=1000))
+    engine = Engine(tiny_folder, EngineConfig(draft_model=other_draft, max_queue_len=1000,
+                                              speculative_disable_by_batch_size=0))
     try:
         plain = sample_tokens(engine, PLAIN, range(0, 800))
         for mode in (SpeculativeMode("draft_model"), LOOKUP):

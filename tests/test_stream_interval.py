@@ -50,20 +50,17 @@ def assert_grouped(pieces, interval):
     assert len(pieces) <= NEW_TOKENS // interval + 1
 
 
-def test_responses_hold_interval_tokens_and_the_same_output(target_folder, tmp_path):
-    outputs = {}
-    for interval in (1, 4):
-        repository = small_repository(tmp_path / f"repo{interval}", stream_interval=str(interval), **NO_HEADS)
-        server = start_server(repository, tmp_path / f"server{interval}.log")
-        try:
-            outputs[interval] = streamed_ids(server)
-            if interval == 1:  # a request's own stream_interval overrides the generator's
-                outputs["request 3"] = streamed_ids(server, {"stream_interval": 3})
-                with pytest.raises(RuntimeError, match="stream_interval must be at least 1, got 0"):
-                    streamed_ids(server, {"stream_interval": 0})
-                assert streamed_ids(server) == outputs[1]  # the server goes on serving
-        finally:
-            stop_server(server)
+def test_responses_hold_interval_tokens_and_the_same_output(generator_server, tmp_path):
+    outputs = {1: streamed_ids(generator_server)}  # the shipped stream_interval, 1
+    outputs["request 3"] = streamed_ids(generator_server, {"stream_interval": 3})  # a request's own overrides it
+    with pytest.raises(RuntimeError, match="stream_interval must be at least 1, got 0"):
+        streamed_ids(generator_server, {"stream_interval": 0})
+    assert streamed_ids(generator_server) == outputs[1]  # the server goes on serving
+    server = start_server(small_repository(tmp_path / "repo", stream_interval="4", **NO_HEADS), tmp_path / "log")
+    try:
+        outputs[4] = streamed_ids(server)
+    finally:
+        stop_server(server)
     one, four, three = outputs[1], outputs[4], outputs["request 3"]
     assert sum(one, []) == sum(four, []) == sum(three, []) and len(sum(four, [])) == NEW_TOKENS
     assert len(one) >= NEW_TOKENS - 2  # about a token per response (a piece without text waits for the next)

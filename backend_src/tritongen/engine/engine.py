@@ -147,7 +147,8 @@ class Engine:
         self.error: BaseException | None = None
         self._compiler: ConstraintCompiler | None = None
         self.masks = MaskComputer(self.vocab_size)
-        self.runner = ModelRunner(self.decoder, self.kv, self.masks, self.vocab_size, self.stats)
+        self.runner = ModelRunner(self.decoder, self.kv, self.masks, self.vocab_size, self.stats,
+                                  self.config.speculative_disable_by_batch_size)
         self._thread = threading.Thread(target=self._run, name="tritongen-engine", daemon=True)
         self._thread.start()
 

@@ -27,12 +27,14 @@ if TYPE_CHECKING:
 
 
 class ModelRunner:
-    def __init__(self, decoder, kv: KvManager, masks: MaskComputer, vocab_size: int, stats):
+    def __init__(self, decoder, kv: KvManager, masks: MaskComputer, vocab_size: int, stats,
+                 speculative_disable_by_batch_size: int = 0):
         self.decoder = decoder
         self.kv = kv
         self.masks = masks
         self.vocab_size = vocab_size
         self.stats = stats  # EngineStats: decode, verification and draft counters
+        self.speculation_limit = speculative_disable_by_batch_size  # 0: no limit
 
     def run(self, plan: StepPlan, running: list[Sequence]) -> StepOutcomes:
         """`running` is the batch in slot order (a decode call spans the slots up to its last decoding row)."""
@@ -69,9 +71,12 @@ class ModelRunner:
         """Draft tokens for speculating rows, by request id; a row whose proposer fails fails alone.
 
         A proposer that is behind (a draft model that has not seen the prompt) catches up within the
-        step's spare token budget first; until it has, its row decodes plainly.
+        step's spare token budget first; until it has, its row decodes plainly. Above the batch size where
+        speculation stops paying, every row decodes plainly (their proposers' inputs stay current).
         """
-        proposals = {}
+        proposals: dict[int, Proposal] = {}
+        if self.speculation_limit and len(rows) > self.speculation_limit:
+            return proposals
         for seq in rows:
             if seq.proposer is None:
                 continue

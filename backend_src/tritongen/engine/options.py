@@ -257,6 +257,9 @@ class EngineConfig:
     # Speculative decoding: the default mode, K, and what each model-based mode needs.
     speculative_mode: SpeculativeMode = field(default_factory=SpeculativeMode)
     num_speculative_tokens: int = 4
+    # Ours (vLLM's name): a step whose decoding batch has more rows than this decodes every row plainly, as
+    # above that batch speculation costs more than it saves (bench/speculative_batches.py); 0: never.
+    speculative_disable_by_batch_size: int = 4
     draft_model: Optional[Path] = None  # a decoder folder with the target's vocabulary
     mtp: Optional[MtpConfig] = None
     eagle3: Optional[Eagle3Config] = None
@@ -265,6 +268,8 @@ class EngineConfig:
     def validate(self) -> None:
         if self.num_speculative_tokens <= 0:
             raise ValueError("num_speculative_tokens must be greater than zero")
+        if self.speculative_disable_by_batch_size < 0:
+            raise ValueError("speculative_disable_by_batch_size must not be negative")
         self.speculative_mode.validate()
         for head in (self.mtp, self.eagle3, self.shared_kv):
             if head is not None:

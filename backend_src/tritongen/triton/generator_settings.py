@@ -29,6 +29,7 @@ class GeneratorSettings:
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
              "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
              "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval",
+             "speculative_disable_by_batch_size",
              "max_session_pages", "max_pinned_pages", *RequestLimits.settings())
 _FLOAT_KEYS = ("priority_aging_seconds", "session_idle_seconds")
 _BOOL_KEYS = ("pin_threads", "allow_high_priority")
@@ -90,6 +91,8 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
         speculative_mode=SpeculativeMode(params.get("speculative_mode", "").strip() or "none"),
         num_speculative_tokens=ints.get("num_speculative_tokens", EngineConfig.num_speculative_tokens),
+        speculative_disable_by_batch_size=ints.get("speculative_disable_by_batch_size",
+                                                   defaults.speculative_disable_by_batch_size),
     )
     folders = {key: repository / params[key].strip() for key in _FOLDERS if params.get(key, "").strip()}
     missing = [f"{key}={path.name}" for key, path in folders.items() if not path.is_dir()]
