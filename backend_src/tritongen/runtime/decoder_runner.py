@@ -11,11 +11,11 @@ from .cpu_threads import session_options
 from .decoder_signature import open_session, signature
 
 
-def stack_kv(pairs, index) -> np.ndarray:
+def stack_kv(pairs, index, xp=np):
     """[layers, 2, ...] from per-layer (key, value) buffers indexed alike, in one copy (np.stack of the
-    views costs 20x more for a page)."""
+    views costs 20x more for a page); `xp` is the buffers' array module (numpy, or cupy)."""
     first = pairs[0][0][index]
-    out = np.empty((len(pairs), 2, *first.shape), first.dtype)
+    out = xp.empty((len(pairs), 2, *first.shape), first.dtype)
     for layer, (k, v) in enumerate(pairs):
         out[layer, 0] = k[index]
         out[layer, 1] = v[index]

@@ -8,7 +8,8 @@ occupy rows [0, B) contiguously; when one leaves, the last row moves into
 its place. The rows' lengths go in as our builder's `seqlens_k` and
 `total_sequence_length`, or as onnxruntime-genai's right-padded
 `attention_mask` (row sums are the lengths, its width the longest); the KV
-buffers take the graph's dtype (float16 graphs keep float16 KV).
+buffers take the graph's dtype (float16 graphs keep float16 KV). They live on
+the device onnxruntime runs on (array_module.py) and are bound by pointer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from .array_module import array_module
 from .cpu_threads import session_options
 from .decoder_runner import default_providers, stack_kv
 from .decoder_signature import open_session, signature
@@ -42,10 +44,11 @@ class SlotDecoder:
         self.mask_fed = "seqlens_k" not in sig.inputs  # onnxruntime-genai's graphs
         self.takes_positions = "position_ids" in sig.inputs
         self.max_slots, self.max_len = max_slots, max_len
+        self.arrays = array_module(self.session.get_providers())
         dims = (max_slots, self.shape.num_kv_heads, max_len, self.shape.head_dim)
-        self.keys: list[np.ndarray] = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
-        self.values: list[np.ndarray] = [np.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
-        self._views: dict[tuple[int, int], list[tuple[ort.OrtValue, ort.OrtValue]]] = {}
+        self.keys = [self.arrays.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
+        self.values = [self.arrays.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
+        self._pointers: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._logits: np.ndarray = np.empty(0, self.logits_dtype)
         self._columns = np.arange(max_len, dtype=np.int64)
 
@@ -53,15 +56,14 @@ class SlotDecoder:
         s = self.shape
         return 2 * s.num_layers * s.num_kv_heads * s.head_dim * np.dtype(self.kv_dtype).itemsize
 
-    def _kv_views(self, start: int, count: int):
+    def _kv_pointers(self, start: int, count: int) -> list[tuple[int, int]]:
+        """Addresses of rows [start, start + count) of each layer's key and value buffers."""
         key = (start, count)
-        if key not in self._views:
-            self._views[key] = [
-                (ort.OrtValue.ortvalue_from_numpy(k[start:start + count]),
-                 ort.OrtValue.ortvalue_from_numpy(v[start:start + count]))
-                for k, v in zip(self.keys, self.values)
-            ]
-        return self._views[key]
+        if key not in self._pointers:
+            rows = slice(start, start + count)
+            self._pointers[key] = [(self.arrays.pointer(k[rows]), self.arrays.pointer(v[rows]))
+                                   for k, v in zip(self.keys, self.values)]
+        return self._pointers[key]
 
     def _logits_view(self, rows: int, seq: int) -> np.ndarray:
         size = rows * seq * self.shape.vocab_size
@@ -93,11 +95,13 @@ class SlotDecoder:
             keep = 1 if last_logits_only else 0
             binding.bind_cpu_input("num_logits_to_keep", np.array([keep], dtype=np.int64))
             seq = keep or seq
-        for i, (k, v) in enumerate(self._kv_views(first_slot, rows)):
-            binding.bind_ortvalue_input(f"past_key_values.{i}.key", k)
-            binding.bind_ortvalue_input(f"past_key_values.{i}.value", v)
-            binding.bind_ortvalue_output(f"present.{i}.key", k)
-            binding.bind_ortvalue_output(f"present.{i}.value", v)
+        device, dtype = (self.arrays.device, self.arrays.device_id), self.kv_dtype
+        shape = (rows, self.shape.num_kv_heads, self.max_len, self.shape.head_dim)
+        for i, (k, v) in enumerate(self._kv_pointers(first_slot, rows)):
+            binding.bind_input(f"past_key_values.{i}.key", *device, dtype, shape, k)
+            binding.bind_input(f"past_key_values.{i}.value", *device, dtype, shape, v)
+            binding.bind_output(f"present.{i}.key", *device, dtype, shape, k)
+            binding.bind_output(f"present.{i}.value", *device, dtype, shape, v)
         logits = self._logits_view(rows, seq)
         binding.bind_ortvalue_output("logits", ort.OrtValue.ortvalue_from_numpy(logits))
         for name in extra_outputs:
@@ -127,11 +131,14 @@ class SlotDecoder:
                 b[dst, :, :length] = b[src, :, :length]
 
     def read(self, slot: int, start: int, end: int) -> np.ndarray:
-        """KV of positions [start, end) as [layers, 2, kv_heads, end - start, head_dim]."""
-        return stack_kv(list(zip(self.keys, self.values)), np.s_[slot, :, start:end])
+        """KV of positions [start, end) as [layers, 2, kv_heads, end - start, head_dim], on the host."""
+        return self.arrays.to_host(stack_kv(list(zip(self.keys, self.values)), np.s_[slot, :, start:end],
+                                            self.arrays.xp))
 
     def write(self, slot: int, start: int, kv: np.ndarray) -> None:
+        """Host KV (as `read` gives it) into positions [start, ...) of a slot."""
         end = start + kv.shape[3]
+        kv = self.arrays.from_host(kv)
         for layer, (k, v) in enumerate(zip(self.keys, self.values)):
             k[slot, :, start:end] = kv[layer, 0]
             v[slot, :, start:end] = kv[layer, 1]

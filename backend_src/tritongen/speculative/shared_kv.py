@@ -39,8 +39,9 @@ class SharedKvProposer(Proposer):
         feeds = {"kv_length": np.array([seq.num_computed], np.int64)}
         for group in self.config.shared_kv:
             layer = group.target_layers[-1]
-            feeds[f"shared_kv.{group.name}.key"] = self.slots.keys[layer][seq.slot:seq.slot + 1]
-            feeds[f"shared_kv.{group.name}.value"] = self.slots.values[layer][seq.slot:seq.slot + 1]
+            row, host = slice(seq.slot, seq.slot + 1), self.slots.arrays.to_host
+            feeds[f"shared_kv.{group.name}.key"] = host(self.slots.keys[layer][row])
+            feeds[f"shared_kv.{group.name}.value"] = host(self.slots.values[layer][row])
         token, position = seq.tokens[-1], len(seq.tokens) - 1
         out, probs = [], []
         for j in range(k):
