@@ -21,7 +21,7 @@ from . import __file__ as _pkg_file
 from .decoder_graph import build_decoder
 from .fp16 import convert_fp16
 from .gguf_import import read_weights
-from .head_folders import write_heads, write_target_matrices
+from .head_folders import TRAINED_EAGLE3, write_heads, write_target_matrices
 from .int4 import quantize_int4
 from .onnx_folder import write_model_folder
 from .tokenizer_files import settings_from_gguf, tokenizer_json_from_gguf
@@ -41,10 +41,8 @@ def default_gguf() -> Path:
 
 
 def builder_hash() -> str:
-    """The builder's sources and data files (the trained head's weights): a change of either rebuilds."""
     h = hashlib.sha256(BUILDER_VERSION.encode())
-    folder = Path(_pkg_file).parent
-    for src in sorted(folder.glob("*.py")) + sorted(folder.glob("*.npz")):
+    for src in sorted(Path(_pkg_file).parent.glob("*.py")):
         h.update(src.read_bytes())
     return h.hexdigest()[:16]
 
@@ -84,6 +82,9 @@ def build(repo: Path, gguf_path: Path, fp16: bool = False) -> None:
     keys = {name: cache_key(gguf_path, f"drop={list(dropped)},attention={attention},weights={precision}")
             for name, (dropped, attention, precision) in variants.items()}
     keys.update({name: cache_key(gguf_path, f"head={name}") for name in HEADS})
+    # New trained EAGLE-3 weights rebuild the heads only.
+    keys["eagle3_head"]["trained_weights"] = (hashlib.sha256(TRAINED_EAGLE3.read_bytes()).hexdigest()[:16]
+                                              if TRAINED_EAGLE3.exists() else None)
     stale = [name for name in keys if not is_fresh(repo / name, keys[name])]
     if not stale:
         print(f"models up to date in {repo} (builder {keys['target']['builder']})")
