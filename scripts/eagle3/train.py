@@ -170,7 +170,7 @@ def main() -> None:
                         "eagle3_smollm2.npz")
     parser.add_argument("--vocab", type=int, default=8192, help="draft vocabulary size Vd")
     parser.add_argument("--k", type=int, default=4, help="unrolled draft steps (the proposer's K)")
-    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--lr", type=float, default=1.5e-3)
     parser.add_argument("--eval-every", type=int, default=40, help="steps between checkpoints")
