@@ -33,10 +33,11 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--target", default="target_gqa", help="the target's repository folder (target_gqa_int4 too)")
     args = parser.parse_args()
     rows = [json.loads(line) for line in (args.data / "heldout.jsonl").open()]
     rows = sorted(rows, key=lambda r: r["index"])[: args.prompts]
-    engine = Engine(REPO / "target_gqa", EngineConfig(eagle3=load_head(REPO / "eagle3_head", args.k)))
+    engine = Engine(REPO / args.target, EngineConfig(eagle3=load_head(REPO / "eagle3_head", args.k)))
     mode = SpeculativeMode("eagle3")
     try:
         prompts = [engine.tokenizer.render_chat([{"role": "user", "content": r["text"]}]) for r in rows]
@@ -55,7 +56,8 @@ def main() -> None:
             spec_rates.append(decode_rate(spec))
             print(f"{len(plain.token_ids)} tokens, identical {spec.token_ids == plain.token_ids}, "
                   f"{decode_rate(plain):.1f} -> {decode_rate(spec):.1f} tok/s", flush=True)
-        print(f"identical to greedy: {'yes' if same else 'NO'}; acceptance rate {accepted / max(drafted, 1):.1%}; "
+        print(f"{args.target}: identical to greedy: {'yes' if same else 'NO'}; "
+              f"acceptance rate {accepted / max(drafted, 1):.1%}; "
               f"mean accepted / verify {accepted / max(verifies, 1):.2f} (K={args.k}); decode tok/s "
               f"{statistics.mean(plain_rates):.1f} -> {statistics.mean(spec_rates):.1f} "
               f"({statistics.mean(spec_rates) / statistics.mean(plain_rates):.2f}x)")

@@ -257,9 +257,10 @@ class EngineConfig:
     # Speculative decoding: the default mode, K, and what each model-based mode needs.
     speculative_mode: SpeculativeMode = field(default_factory=SpeculativeMode)
     num_speculative_tokens: int = 4
-    # Ours (vLLM's name): a step whose decoding batch has more rows than this decodes every row plainly, as
-    # above that batch speculation costs more than it saves (bench/speculative_batches.py); 0: never.
-    speculative_disable_by_batch_size: int = 4
+    # Ours (vLLM's name): a step whose decoding batch has more rows than this decodes every row plainly: each
+    # speculating row is verified in a call of its own, so above two rows speculation costs more than it saves
+    # (bench/speculative_batches.py: prompt lookup 1.73x at 1 row, 1.28x at 2, 0.94x at 4); 0: never.
+    speculative_disable_by_batch_size: int = 2
     draft_model: Optional[Path] = None  # a decoder folder with the target's vocabulary
     mtp: Optional[MtpConfig] = None
     eagle3: Optional[Eagle3Config] = None
