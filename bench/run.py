@@ -630,7 +630,7 @@ def write_results(setup: Setup, m: Measured, md: str, rows: list[dict], timeline
         {"measured": stamp, "figures": summary, "failures": m.failures, "genai_perf": [
             {k: s.get(k) for k in ("name", "time_to_first_token", "inter_token_latency", "raw", "error")} for s in gp],
          "part2": {f"{k}@{lvl}": v for (k, lvl), v in part2.figs.items()}, "poisson": part2.poisson,
-         "targets": [{"issue": i, "target": w, "ratio": r, "threshold": t, "met": met}
+         "targets": [{"compares": i, "target": w, "ratio": r, "threshold": t, "met": met}
                      for i, w, r, t, met in part2.targets],
          "wall_s": round(wall)}, indent=1) + "\n")
     return images

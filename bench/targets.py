@@ -20,7 +20,7 @@ TOP = "top"
 
 
 class Target(NamedTuple):
-    issue: str | int  # the first column of the table, as `make bench` has always printed it
+    group: str  # the first column of the table: what the target compares
     what: str  # `{top}`: the run's most concurrent streams
     measured: tuple  # the ratio's numerator: a rate, see the module docstring
     reference: tuple  # its denominator
@@ -29,39 +29,39 @@ class Target(NamedTuple):
 
 
 TARGETS: tuple[Target, ...] = (
-    Target("4", "{top} streams, in-process engine / raw GQA b{top} loop",
+    Target("vs the raw loop", "{top} streams, in-process engine / raw GQA b{top} loop",
            ("streams", "engine", TOP), ("raw", "gqa", TOP), 0.9),
-    Target("4", "{top} streams, in-process engine / raw concat b{top} loop",
+    Target("vs the raw loop", "{top} streams, in-process engine / raw concat b{top} loop",
            ("streams", "engine", TOP), ("raw", "concat", TOP), 1.1),
-    Target("4", "{top} streams, Triton / raw GQA b{top} loop",
+    Target("vs the raw loop", "{top} streams, Triton / raw GQA b{top} loop",
            ("streams", "triton", TOP), ("raw", "gqa", TOP), 0.9),
-    Target("4", "{top} streams, Triton / raw concat b{top} loop",
+    Target("vs the raw loop", "{top} streams, Triton / raw concat b{top} loop",
            ("streams", "triton", TOP), ("raw", "concat", TOP), 1.1),
-    Target("4", "{top} streams, Triton with stream_interval 4 / raw GQA b{top} loop",
+    Target("vs the raw loop", "{top} streams, Triton with stream_interval 4 / raw GQA b{top} loop",
            ("streams", "triton-si4", TOP), ("raw", "gqa", TOP), 0.9),
-    Target("4", "1 stream, in-process engine / raw GQA b1 loop (past ~500)",
+    Target("vs the raw loop", "1 stream, in-process engine / raw GQA b1 loop (past ~500)",
            ("streams", "engine", 1), ("raw", "gqa", 1), 0.9),
-    Target("4", "1 stream, Triton / raw GQA b1 loop (past ~500)",
+    Target("vs the raw loop", "1 stream, Triton / raw GQA b1 loop (past ~500)",
            ("streams", "triton", 1), ("raw", "gqa", 1), 0.9),
-    Target("4", "1 stream, Triton / raw GQA b1 loop (part 1 rounds, past ~150)",
+    Target("vs the raw loop", "1 stream, Triton / raw GQA b1 loop (part 1 rounds, past ~150)",
            ("part1", "triton"), ("part1", "raw-gqa"), 0.9),
-    Target("4", "1 stream, in-process engine / raw GQA b1 loop (part 1 rounds, past ~150)",
+    Target("vs the raw loop", "1 stream, in-process engine / raw GQA b1 loop (part 1 rounds, past ~150)",
            ("part1", "engine"), ("part1", "raw-gqa"), 0.9),
-    Target("3", "1 stream, Triton / raw loop (part 1 rounds)",
+    Target("vs the peers", "1 stream, Triton / raw loop (part 1 rounds)",
            ("part1", "triton"), ("part1", "raw"), 0.9),
-    Target("3", "1 stream, Triton / onnxruntime-genai (part 1 rounds)",
+    Target("vs the peers", "1 stream, Triton / onnxruntime-genai (part 1 rounds)",
            ("part1", "triton"), ("part1", "ort-genai"), 1.0),
-    Target("3", "{top} streams, Triton / raw loop b{top} (concat)",
+    Target("vs the peers", "{top} streams, Triton / raw loop b{top} (concat)",
            ("streams", "triton", TOP), ("raw", "concat", TOP), 0.8),
-    Target("3", "{top} streams, Triton / onnxruntime-genai static batch of {top}",
+    Target("vs the peers", "{top} streams, Triton / onnxruntime-genai static batch of {top}",
            ("streams", "triton", TOP), ("streams", "ort-genai-batch", TOP), 0.9),
     # One Generator per request in threads has no window where all of its streams decode (they finish
     # at different times), so this one compares end-to-end rates: all new tokens / (last token - issue).
-    Target("3", "{top} streams, Triton / onnxruntime-genai one Generator per request (end-to-end tok/s)",
+    Target("vs the peers", "{top} streams, Triton / onnxruntime-genai one Generator per request (end-to-end tok/s)",
            ("streams-e2e", "triton", TOP), ("streams-e2e", "ort-genai-threads", TOP), 3.0),
-    Target(26, "1 stream, Triton / og.Generator on the genai int4 folder",
+    Target("int4 folder", "1 stream, Triton / og.Generator on the genai int4 folder",
            ("genai", "triton-1"), ("genai", "og-generator"), 1.0),
-    Target(26, "16 streams, Triton / og.Engine on the genai int4 folder",
+    Target("int4 folder", "16 streams, Triton / og.Engine on the genai int4 folder",
            ("genai", "triton-16"), ("genai", "og-engine"), 1.0),
 )
 
@@ -85,7 +85,7 @@ def _met(ratio: float, target: Target) -> bool:
 
 def evaluate(*, figs: dict | None = None, raws: dict | None = None, part1: dict | None = None,
              genai: dict | None = None, levels=(1,)) -> list[tuple[str | int, str, float | None, float, bool | None]]:
-    """(issue, what, ratio, threshold, met) for every target whose rates come from what is given: part 2's
+    """(group, what, ratio, threshold, met) for every target whose rates come from what is given: part 2's
     figures (`figs`, `raws`, `part1`, `levels`) or the genai folder's report (`genai`), in table order."""
     data = {"figs": figs or {}, "raws": raws or {}, "part1": part1 or {}, "genai": genai}
     top = max(levels)
@@ -98,13 +98,13 @@ def evaluate(*, figs: dict | None = None, raws: dict | None = None, part1: dict 
             continue
         a, b = _rate(target.measured, data, top), _rate(target.reference, data, top)
         ratio = a / b if a and b else None
-        rows.append((target.issue, target.what.format(top=top), ratio, target.threshold,
+        rows.append((target.group, target.what.format(top=top), ratio, target.threshold,
                      None if ratio is None else _met(ratio, target)))
     return rows
 
 
 def table(rows) -> str:
-    head = "| issue | target | measured | threshold | |\n|---|---|---:|---:|---|\n"
+    head = "| compares | target | measured | threshold | |\n|---|---|---:|---:|---|\n"
     return head + "\n".join(
-        f"| {issue} | {what} | {'n/a' if r is None else f'{r:.2f}x'} | {th:g}x | "
-        f"{'n/a' if met is None else ('met' if met else '**MISSED**')} |" for issue, what, r, th, met in rows) + "\n"
+        f"| {group} | {what} | {'n/a' if r is None else f'{r:.2f}x'} | {th:g}x | "
+        f"{'n/a' if met is None else ('met' if met else '**MISSED**')} |" for group, what, r, th, met in rows) + "\n"
