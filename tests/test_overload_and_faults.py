@@ -28,7 +28,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tritongen.engine.engine import Engine
-from tritongen.engine.options import GenerateConstraint, GenerateOptions, GenerateRequest
+from tritongen.engine.options import EngineConfig, GenerateConstraint, GenerateOptions, GenerateRequest
 from tritongen.speculative.modes import SpeculativeMode
 from tritongen.speculative.prompt_lookup import PromptLookupProposer
 from tritongen.speculative.proposer import Proposal
@@ -459,7 +459,7 @@ def victims():
 @pytest.mark.parametrize("victim", ["processor", "matcher", "proposer",
                                     "verification"])
 def test_an_exception_in_one_request_fails_it_alone(tiny_folder, victim):
-    engine = Engine(tiny_folder)
+    engine = Engine(tiny_folder, EngineConfig(speculative_disable_by_batch_size=0))  # the victim speculates in a batch
     try:
         solo = {name: engine.generate(GenerateRequest(prompt, options)).token_ids for name, prompt, options in HEALTHY}
         name, request, breaker = next(v for v in victims() if v[0] == victim)

@@ -173,6 +173,7 @@ def scrape(server) -> dict[str, float]:
 
 
 def test_metrics_families_report_plausible_values(server):
+    before = scrape(server)  # the server is shared: other modules' requests are counted too
     for _ in range(2):
         status, _ = post(server, "/v2/models/generator/generate", {"text_input": "Tell me a joke", "max_tokens": 6})
         assert status == 200
@@ -191,7 +192,9 @@ def test_metrics_families_report_plausible_values(server):
     for hist in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds"):
         assert m[f"tritongen:{hist}_count"] >= 2 and m[f"tritongen:{hist}_sum"] >= 0
     assert m["tritongen:time_per_output_token_seconds_count"] >= 10
-    assert 0 < m["tritongen:e2e_request_latency_seconds_sum"] < 600
+    name = "tritongen:e2e_request_latency_seconds_sum"
+    latency = m[name] - before.get(name, 0)
+    assert 0 < latency < 60  # the two requests above, each well under a minute
     assert m["tritongen:kv_pages_free"] > 0 and m["tritongen:kv_pages_used"] >= 0
     for gauge in ("num_requests_running", "num_requests_waiting", "num_requests_swapped"):
         assert m[f"tritongen:{gauge}"] >= 0
