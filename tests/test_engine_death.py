@@ -16,6 +16,7 @@ import tritonclient.grpc as grpcclient
 from tritongen.serve import TritonServer
 
 from conftest import REPOSITORY
+from triton_helpers import tiny_repository
 
 pytestmark = pytest.mark.server
 
@@ -37,9 +38,9 @@ def ready(url: str) -> bool:
         return False
 
 
-def test_dead_engine_fails_requests_and_the_model_reports_not_ready(target_gqa_folder, tmp_path, monkeypatch):
+def test_dead_engine_fails_requests_and_the_model_reports_not_ready(tmp_path, monkeypatch):
     monkeypatch.setitem(os.environ, "TRITONGEN_FAULT_INJECTION", "1")
-    server = TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
+    server = TritonServer(tiny_repository(tmp_path / "repo"), ["generator"], http_port=0, grpc_port=0, metrics_port=0,
                           log_file=tmp_path / "server.log")
     with server:
         url = server.url_http + "/v2/models/generator/generate"

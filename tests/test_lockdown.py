@@ -25,6 +25,7 @@ from tritongen.serve import TritonServer
 from tritongen.triton.lockdown import OPERATOR_HEADER, OPERATOR_KEY_ENV, operator_key, server_args
 
 from conftest import REPOSITORY
+from triton_helpers import tiny_repository
 
 PAYLOAD = '''
 import json
@@ -88,13 +89,13 @@ def test_server_args_bind_loopback_and_guard_every_control_api():
 
 
 @pytest.mark.server
-def test_control_apis_refuse_clients_without_the_operator_header(target_gqa_folder, tmp_path, monkeypatch):
+def test_control_apis_refuse_clients_without_the_operator_header(tmp_path, monkeypatch):
     monkeypatch.delenv(OPERATOR_KEY_ENV, raising=False)
     marker = tmp_path / "intruder-ran"
     config = intruder_config(marker)
     code = PAYLOAD.encode()
     load_body = {"parameters": {"config": config, "file:1/model.py": base64.b64encode(code).decode()}}
-    server = TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
+    server = TritonServer(tiny_repository(tmp_path / "repo"), ["generator"], http_port=0, grpc_port=0, metrics_port=0,
                           log_file=tmp_path / "server.log", key_file=tmp_path / "operator.key")
     with server:
         assert stat.S_IMODE(server.key_file.stat().st_mode) == 0o600

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import threading
+from types import SimpleNamespace
 
 import jsonschema
 import numpy as np
@@ -28,25 +29,44 @@ NEAR_TIE = 1e-4
 WORDS = "the quick brown fox jumps over a lazy dog while seven wise owls watch from old oak trees".split()
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One tritonserver serving every folder in place, each as a model of its own name (a server per folder
+    would cost a start and a stop each)."""
+    folders = {**FOLDERS, **FP16}
+    repository = tmp_path_factory.mktemp("folders") / "repository"
+    repository.mkdir()
+    for name, path in folders.items():
+        assert (path / "tokenizer.json").is_file(), f"{path} missing: run `make foreign-models` / `make models`"
+        single = folder_repository(path)
+        shutil.move(single / "generator", repository / model_name(name))
+        shutil.rmtree(single)
+        config = repository / model_name(name) / "config.pbtxt"
+        config.write_text(config.read_text().replace('name: "generator"', f'name: "{model_name(name)}"', 1))
+    before = {name: tree_digest(path) for name, path in folders.items()}
+    log = repository.parent / "server.log"
+    with TritonServer(repository, [model_name(n) for n in folders], http_port=0, grpc_port=0, metrics_port=0,
+                      log_file=log) as srv:
+        yield srv
+    changed = [str(path) for name, path in folders.items() if tree_digest(path) != before[name]]
+    assert not changed, f"changed while served: {changed}"
+
+
+def model_name(folder: str) -> str:
+    return folder.replace("-", "_")
+
+
 @pytest.fixture(scope="module", params=list(FOLDERS))
-def served(request, tmp_path_factory):
-    name, path = request.param, {**FOLDERS, **FP16}[request.param]
-    assert (path / "tokenizer.json").is_file(), f"{path} missing: run `make foreign-models` / `make models`"
-    before = tree_digest(path)
-    repository = folder_repository(path)
-    log = tmp_path_factory.mktemp(name) / "server.log"
-    try:
-        with TritonServer(repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log) as srv:
-            srv.name, srv.folder, srv.tokenizer = name, path, TextTokenizer(path)
-            yield srv
-    finally:
-        shutil.rmtree(repository, ignore_errors=True)
-    assert tree_digest(path) == before, f"{path} changed while served"
+def served(request, server):
+    name = request.param
+    path = {**FOLDERS, **FP16}[name]
+    return SimpleNamespace(url_grpc=server.url_grpc, model=model_name(name), name=name, folder=path,
+                           tokenizer=TextTokenizer(path))
 
 
 def ask(server, inputs: dict) -> dict:
     """One request's responses merged: output ids, text, logprobs, finish reason, prefix-cache hit."""
-    got = grpc_request(server, inputs, timeout=300)
+    got = grpc_request(server, inputs, timeout=300, model=server.model)
     errors = [e for _, e in got if e is not None]
     assert not errors, errors
     out = {"ids": [], "text": "", "logprobs": []}

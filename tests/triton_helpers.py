@@ -43,6 +43,15 @@ def small_repository(dest: Path, **params: str) -> Path:
     return dest
 
 
+def tiny_repository(dest: Path, **params: str) -> Path:
+    """As small_repository, serving the seeded tiny model: for tests of the server, not of SmolLM2's answers."""
+    from conftest import build_tiny
+
+    repository = small_repository(dest, **{**NO_HEADS, "target_model": "tiny", **params})
+    build_tiny(repository / "tiny", "gqa")
+    return repository
+
+
 def start_server(repository: Path, log: Path, exit_timeout: int = 10) -> TritonServer:
     """A short exit timeout keeps a stuck shutdown from costing 30 s per module."""
     return TritonServer(repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0, log_file=log,
@@ -103,7 +112,8 @@ def is_final(result) -> bool:
     return result.get_response().parameters["triton_final_response"].bool_param
 
 
-def grpc_request(server, inputs: dict | list, parameters: dict | None = None, timeout: float = 60) -> list:
+def grpc_request(server, inputs: dict | list, parameters: dict | None = None, timeout: float = 60,
+                 model: str = "generator") -> list:
     """One request on its own gRPC stream; the (result, error) pairs up to the final response or an error."""
     if isinstance(inputs, dict):
         inputs = [tensor(k, v) for k, v in inputs.items()]
@@ -112,7 +122,7 @@ def grpc_request(server, inputs: dict | list, parameters: dict | None = None, ti
     client.start_stream(callback=lambda result, error: events.put((result, error)))
     graceful = False
     try:
-        client.async_stream_infer("generator", inputs, parameters=parameters)
+        client.async_stream_infer(model, inputs, parameters=parameters)
         got = []
         while True:
             result, error = events.get(timeout=timeout)
