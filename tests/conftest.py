@@ -89,6 +89,13 @@ def generator_server(target_folder, target_gqa_folder, tmp_path_factory):
         stop_server(server)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Servers stopped in the background are gone before the run ends."""
+    from triton_helpers import wait_for_stopped_servers
+
+    wait_for_stopped_servers()
+
+
 _running: dict[str, pytest.Item | None] = {"item": None}
 
 

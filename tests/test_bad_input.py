@@ -32,7 +32,7 @@ from triton_helpers import (
     grpc_text,
     is_final,
     start_server,
-    stop_server,
+    stop_server_later,
     text,
     tiny_repository,
     wait_idle,
@@ -297,7 +297,7 @@ def server(tmp_path_factory):
         srv.pages_before = wait_idle(srv)["tritongen:kv_pages_used"]
         yield srv
     finally:
-        stop_server(srv)
+        stop_server_later(srv)
 
 
 def assert_ready(server) -> None:

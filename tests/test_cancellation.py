@@ -50,7 +50,7 @@ from triton_helpers import (
     small_repository,
     sse_socket,
     start_server,
-    stop_server,
+    stop_server_later,
     stub_pid,
     tensor,
     text,
@@ -81,7 +81,7 @@ def server(target_folder, tmp_path_factory):
         srv.baseline = wait_idle(srv)
         yield srv
     finally:
-        stop_server(srv)
+        stop_server_later(srv)
 
 
 class GrpcStream:

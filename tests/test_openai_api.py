@@ -30,7 +30,7 @@ from tritongen.runtime.tokenizer import TextTokenizer
 from tritongen.serve import free_port
 
 from conftest import REPOSITORY
-from triton_helpers import NO_HEADS, small_repository, start_server, stop_server, tensor
+from triton_helpers import NO_HEADS, small_repository, start_server, stop_server_later, tensor
 
 pytestmark = pytest.mark.server
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -307,7 +307,7 @@ def busy_triton(target_folder, tmp_path_factory):
     finally:
         os.environ = saved
     yield server
-    stop_server(server)  # its engine was killed: the short exit timeout keeps the shutdown short
+    stop_server_later(server)  # its engine was killed: the short exit timeout keeps the shutdown short
 
 
 def test_overload_is_429_with_retry_after_and_the_official_client_retries(busy_triton):

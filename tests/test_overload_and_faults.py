@@ -46,6 +46,7 @@ from triton_helpers import (
     sse_socket,
     start_server,
     stop_server,
+    stop_server_later,
     tensor,
     text,
     wait_idle,
@@ -76,7 +77,7 @@ def server(target_folder, tmp_path_factory):
     try:
         yield srv
     finally:
-        stop_server(srv)
+        stop_server_later(srv)
 
 
 def request_body(prompt: str) -> dict:

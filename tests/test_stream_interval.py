@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 
 from tritongen.triton.generator_settings import parse_settings
 
-from triton_helpers import NO_HEADS, small_repository, start_server, stop_server, tensor
+from triton_helpers import NO_HEADS, small_repository, start_server, stop_server_later, tensor
 
 pytestmark = pytest.mark.server
 NEW_TOKENS = 23  # not a multiple of the interval: the last response holds the remainder
@@ -60,7 +60,7 @@ def test_responses_hold_interval_tokens_and_the_same_output(generator_server, tm
     try:
         outputs[4] = streamed_ids(server)
     finally:
-        stop_server(server)
+        stop_server_later(server)
     one, four, three = outputs[1], outputs[4], outputs["request 3"]
     assert sum(one, []) == sum(four, []) == sum(three, []) and len(sum(four, [])) == NEW_TOKENS
     assert len(one) >= NEW_TOKENS - 2  # about a token per response (a piece without text waits for the next)

@@ -10,6 +10,7 @@ import queue
 import re
 import shutil
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -83,6 +84,34 @@ def stop_server(server: TritonServer, timeout: float = 60) -> int | None:
             if region:
                 Path("/dev/shm", region).unlink(missing_ok=True)
     return rc
+
+
+_stopping: list[tuple[threading.Thread, list]] = []
+
+
+def stop_server_later(server: TritonServer) -> None:
+    """stop_server in the background: Triton's shutdown mostly waits (it polls once a second), and the next
+    test need not wait with it. The session's end waits for every one (wait_for_stopped_servers)."""
+    errors: list = []
+
+    def stop() -> None:
+        try:
+            stop_server(server)
+        except BaseException as exc:  # noqa: BLE001 - reported by wait_for_stopped_servers
+            errors.append(exc)
+
+    thread = threading.Thread(target=stop, name=f"stop-tritonserver-{server.grpc_port}")
+    thread.start()
+    _stopping.append((thread, errors))
+
+
+def wait_for_stopped_servers(timeout: float = 120) -> None:
+    for thread, errors in _stopping:
+        thread.join(timeout)
+        assert not thread.is_alive(), f"{thread.name} still stopping after {timeout:.0f}s"
+        if errors:
+            raise errors[0]
+    _stopping.clear()
 
 
 def tensor(name: str, value, dtype: str | None = None) -> grpcclient.InferInput:
