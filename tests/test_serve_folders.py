@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import jsonschema
 import numpy as np
 import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 from tritongen.runtime.tokenizer import TextTokenizer
 from tritongen.serve import TritonServer, folder_repository
@@ -41,8 +43,10 @@ def server(tmp_path_factory):
         single = folder_repository(path)
         shutil.move(single / "generator", repository / model_name(name))
         shutil.rmtree(single)
-        config = repository / model_name(name) / "config.pbtxt"
-        config.write_text(config.read_text().replace('name: "generator"', f'name: "{model_name(name)}"', 1))
+        config_file = repository / model_name(name) / "config.pbtxt"
+        config = text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
+        config.name = model_name(name)
+        config_file.write_text(text_format.MessageToString(config))
     before = {name: tree_digest(path) for name, path in folders.items()}
     log = repository.parent / "server.log"
     with TritonServer(repository, [model_name(n) for n in folders], http_port=0, grpc_port=0, metrics_port=0,

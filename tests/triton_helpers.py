@@ -10,10 +10,10 @@ import queue
 import re
 import shutil
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from tritonclient.utils import np_to_triton_dtype
 
 from tritongen.serve import TritonServer, scrape_metrics
 
-from conftest import REPOSITORY
+from conftest import REPOSITORY, build_tiny
 
 NO_HEADS = {"draft_model": "", "mtp_head": "", "eagle3_head": "", "shared_kv_head": ""}
 
@@ -46,8 +46,6 @@ def small_repository(dest: Path, **params: str) -> Path:
 
 def tiny_repository(dest: Path, **params: str) -> Path:
     """As small_repository, serving the seeded tiny model: for tests of the server, not of SmolLM2's answers."""
-    from conftest import build_tiny
-
     repository = small_repository(dest, **{**NO_HEADS, "target_model": "tiny", **params})
     build_tiny(repository / "tiny", "gqa")
     return repository
@@ -86,31 +84,20 @@ def stop_server(server: TritonServer, timeout: float = 60) -> int | None:
     return rc
 
 
-_stopping: list[tuple[threading.Thread, list]] = []
+_stopper = ThreadPoolExecutor(thread_name_prefix="stop-tritonserver")
+_stopping: list[Future] = []
 
 
 def stop_server_later(server: TritonServer) -> None:
     """stop_server in the background: Triton's shutdown mostly waits (it polls once a second), and the next
     test need not wait with it. The session's end waits for every one (wait_for_stopped_servers)."""
-    errors: list = []
-
-    def stop() -> None:
-        try:
-            stop_server(server)
-        except BaseException as exc:  # noqa: BLE001 - reported by wait_for_stopped_servers
-            errors.append(exc)
-
-    thread = threading.Thread(target=stop, name=f"stop-tritonserver-{server.grpc_port}")
-    thread.start()
-    _stopping.append((thread, errors))
+    _stopping.append(_stopper.submit(stop_server, server))
 
 
 def wait_for_stopped_servers(timeout: float = 120) -> None:
-    for thread, errors in _stopping:
-        thread.join(timeout)
-        assert not thread.is_alive(), f"{thread.name} still stopping after {timeout:.0f}s"
-        if errors:
-            raise errors[0]
+    """Raises what went wrong in a background stop, or TimeoutError for one still stopping."""
+    for stopping in _stopping:
+        stopping.result(timeout)
     _stopping.clear()
 
 
