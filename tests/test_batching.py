@@ -101,6 +101,34 @@ def test_prefix_reuse_reports_hit_and_keeps_output(smollm2, target_gqa_folder):
         fresh.close()
 
 
+def test_prompt_chunks_that_arrive_together_share_model_calls(tiny):
+    """Eight prompts of one length: one call for all. Eight more after a cached 32-token prefix, 3 new tokens
+    each: one call per new position (3), not one per request (8). Each answer equals its solo run."""
+    shared = tiny.prepare(GenerateRequest(prompt(0, 40))).prompt_ids[:32]
+    tiny.generate(GenerateRequest(shared + [7], greedy(1)))  # the prefix's two pages go into the cache
+    fresh = [tiny.prepare(GenerateRequest(prompt(i, 12))).prompt_ids[:10] for i in range(8)]
+    after_prefix = [shared + [100 + i, 200 + i, 300 + i] for i in range(8)]
+    calls: list[tuple[int, int]] = []  # (rows, tokens) of each prompt-chunk call
+    prefill = tiny.decoder.prefill
+
+    def counted(slot, ids, past_len, *args, **kwargs):
+        calls.append(ids.shape)
+        return prefill(slot, ids, past_len, *args, **kwargs)
+
+    tiny.decoder.prefill = counted
+    for prompts, expected in ((fresh, [(8, 10)]), (after_prefix, [(8, 1)] * 3)):
+        calls.clear()
+        requests = [GenerateRequest(ids, greedy(6)) for ids in prompts]
+        arrivals = [ScheduledGenerateArrival(1, PrioritizedGenerateRequest(r)) for r in requests]
+        results = generate_scheduled(tiny, arrivals)
+        assert calls == expected
+        assert all(r.result.prefix_cache_hit_len == (32 if prompts is after_prefix else 0) for r in results)
+        tiny.decoder.prefill = prefill
+        for request, got in zip(requests, results):
+            assert_same_or_near_tie(got.result.token_ids, request, tiny, "prompt chunks in one call")
+        tiny.decoder.prefill = counted
+
+
 def test_session_second_turn_prefills_only_new_tokens(tiny):
     turn1 = tiny.generate(GenerateRequest("Hello world, tell me", greedy(6)), session_id="s1")
     context = tiny.prepare(GenerateRequest("Hello world, tell me")).prompt_ids + turn1.token_ids

@@ -1,8 +1,13 @@
 """One step's model work: the scheduler's plan in, the sequences it ended out.
 
 Decode rows run in one batched call over the slot KV (rows with a proposal
-are verified instead, one call each); prompt chunks run batch-1 in their own
-slot. Constraint masks are computed beside the model call. Each chosen token
+are verified instead, one call each). Prompt chunks of one length in adjacent
+slots share calls where the slot decoder can: fresh prompts as one call, and
+chunks after a cached prefix (GroupQueryAttention takes a multi-token chunk
+over a past for one row only) as one single-token call per position when
+that is fewer calls than one per row; requests that arrive together with a
+shared prefix have the same few tokens left. Otherwise each chunk is its own
+call. Constraint masks are computed beside the model call. Each chosen token
 goes through the output processor; a failure in one request's part of the
 step (its proposer, its constraint, its callback) ends that request alone.
 """
@@ -41,8 +46,12 @@ class ModelRunner:
         outcomes = StepOutcomes()
         if plan.decode:
             self._decode(plan.decode, running, plan.spare_tokens, outcomes)
-        for seq, n in plan.prefill:
-            self._guarded(seq, outcomes, self._prefill, seq, n, outcomes)
+        for group, n in _chunk_calls(plan.prefill, self.decoder.prefills_rows):
+            try:
+                self._prefill(group, n, outcomes)
+            except Exception as exc:  # noqa: BLE001 - the model call failed: its rows fail, the engine goes on
+                for seq in group:
+                    outcomes.end(seq, exc)
         return outcomes
 
     def _decode(self, rows: list[Sequence], running: list[Sequence], spare_tokens: int,
@@ -170,22 +179,40 @@ class ModelRunner:
         self.kv.commit_full_pages(seq)
         proposer.accepted(seq, accepted, k)
 
-    def _prefill(self, seq: Sequence, n: int, outcomes: StepOutcomes) -> None:
-        start = seq.num_computed
-        chunk = np.array([seq.tokens[start:start + n]], np.int64)
-        samples = start + n == seq.prefill_target and seq.num_generated == 0
-        constrained = [seq] if samples and seq.matcher is not None else []
+    def _prefill(self, group: list[Sequence], n: int, outcomes: StepOutcomes) -> None:
+        """The next `n` prompt tokens of each sequence in `group` (adjacent slots), in one call."""
+        starts = np.array([s.num_computed for s in group], np.int32)
+        chunk = np.array([s.tokens[s.num_computed:s.num_computed + n] for s in group], np.int64)
+        samples = [s.num_computed + n == s.prefill_target and s.num_generated == 0 for s in group]
+        constrained = [s for s, sampled in zip(group, samples) if sampled and s.matcher is not None]
         masks = self.masks.start(_matchers(constrained)) if constrained else None
-        hidden_names = seq.proposer.hidden_outputs if samples and seq.proposer is not None else ()
-        logits, extras = self.decoder.prefill(seq.slot, chunk, start, hidden_names)
-        seq.hidden = {n: extras[n][0, -1].copy() for n in hidden_names}
+        hidden_names = _hidden_names([s for s, sampled in zip(group, samples) if sampled])
+        logits, extras = self._run_chunk(_slot(group[0]), chunk, starts, hidden_names)
         allowed = self._allowed(constrained, masks)
-        if constrained and seq.request_id not in allowed:
-            raise _constraint_failed(seq)
-        seq.num_computed += n
-        self.kv.commit_full_pages(seq)
-        if samples:
-            emit(seq, seq.sampler.choose(logits[0, -1], allowed.get(seq.request_id)), self.stats.steps, outcomes)
+        for row, (seq, sampled) in enumerate(zip(group, samples)):
+            if seq in constrained and seq.request_id not in allowed:
+                outcomes.end(seq, _constraint_failed(seq))
+                continue
+            own = seq.proposer.hidden_outputs if sampled and seq.proposer is not None else ()
+            seq.hidden = {name: extras[name][row, -1].copy() for name in own}
+            seq.num_computed += n
+            self.kv.commit_full_pages(seq)
+            if sampled:
+                self._guarded(seq, outcomes, self._choose_and_emit, seq, logits[row, -1],
+                              allowed.get(seq.request_id), outcomes)
+
+    def _run_chunk(self, slot: int, chunk: np.ndarray, starts: np.ndarray,
+                   hidden_names: tuple[str, ...]) -> tuple[np.ndarray, dict]:
+        """Logits (and extras) at the last position of each row of `chunk`, run on slots [slot, slot + rows)."""
+        rows, n = chunk.shape
+        if rows == 1:
+            return self.decoder.prefill(slot, chunk, int(starts[0]), hidden_names)
+        if not starts.any():
+            return self.decoder.prefill(slot, chunk, starts, hidden_names)
+        for j in range(n):  # a multi-token chunk over a past runs one row at a time: go position by position
+            logits, extras = self.decoder.prefill(slot, chunk[:, j:j + 1], starts + j,
+                                                  hidden_names if j == n - 1 else ())
+        return logits, extras
 
     def _mask(self, seq: Sequence) -> np.ndarray | None:
         """One row's mask, computed now (verification needs it after each accepted token)."""
@@ -213,6 +240,24 @@ class ModelRunner:
                     pass
             return allowed
         return {s.request_id: allowed_tokens(words[i], self.vocab_size) for i, s in enumerate(constrained)}
+
+
+def _chunk_calls(chunks: list[tuple[Sequence, int]], batched: bool) -> list[tuple[list[Sequence], int]]:
+    """Prompt chunks grouped into model calls: adjacent slots with chunks of one length share a call."""
+    calls: list[tuple[list[Sequence], int]] = []
+    for seq, n in sorted(chunks, key=lambda chunk: _slot(chunk[0])):
+        if batched and calls and calls[-1][1] == n and _slot(calls[-1][0][-1]) + 1 == _slot(seq):
+            calls[-1][0].append(seq)
+        else:
+            calls.append(([seq], n))
+    return [call for group, n in calls for call in _fewest_calls(group, n)]
+
+
+def _fewest_calls(group: list[Sequence], n: int) -> list[tuple[list[Sequence], int]]:
+    """One call for fresh prompts or for n < rows (position by position); else a call per row."""
+    if len(group) == 1 or all(s.num_computed == 0 for s in group) or n < len(group):
+        return [(group, n)]
+    return [([seq], n) for seq in group]
 
 
 def _slot(seq: Sequence) -> int:

@@ -20,6 +20,8 @@ from .decoder_runner import DecoderRunner, stack_kv
 class ConcatSlotDecoder:
     # A decode call re-lays the batch as exactly its rows: it must cover every sequence's row.
     decodes_all_rows = True
+    # A prompt chunk re-lays one row: chunks run one call each.
+    prefills_rows = False
 
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,

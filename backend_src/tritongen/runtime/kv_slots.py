@@ -28,6 +28,8 @@ from .decoder_signature import open_session, signature
 class SlotDecoder:
     # A decode call may cover any first rows: the rows after them are not touched.
     decodes_all_rows = False
+    # Prompt chunks of one length in adjacent slots may run as one call, each row at its own past length.
+    prefills_rows = True
 
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,
@@ -117,11 +119,13 @@ class SlotDecoder:
         """One token for each of slots [0, rows); seqlens_k[r] is the row's length before it."""
         return self.run(0, input_ids, seqlens_k, extra_outputs)
 
-    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int, extra_outputs: tuple[str, ...] = (),
-                all_logits: bool = False) -> tuple[np.ndarray, dict]:
-        """A prompt chunk on one slot whose first `past_len` tokens are already computed. Logits of its last
-        position only, unless `all_logits` (verification) or the model cannot leave the others out."""
-        seqlens = np.array([past_len + input_ids.shape[1] - 1], np.int32)
+    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int | np.ndarray,
+                extra_outputs: tuple[str, ...] = (), all_logits: bool = False) -> tuple[np.ndarray, dict]:
+        """A prompt chunk on slots [slot, slot + rows) whose first `past_len` tokens (one per row, or one for
+        all) are already computed. Logits of the last position only, unless `all_logits` (verification) or
+        the model cannot leave the others out."""
+        rows, seq = input_ids.shape
+        seqlens = np.broadcast_to(np.asarray(past_len, np.int32) + (seq - 1), (rows,))
         return self.run(slot, input_ids, seqlens, extra_outputs, last_logits_only=not all_logits)
 
     def move(self, src: int, dst: int, length: int) -> None:
