@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tritongen.serve import TritonServer
-
 from conftest import REPOSITORY
-from triton_helpers import tiny_repository
+from triton_helpers import start_server, stop_server_later, tiny_repository
 
 pytestmark = pytest.mark.server
 
@@ -40,9 +38,8 @@ def ready(url: str) -> bool:
 
 def test_dead_engine_fails_requests_and_the_model_reports_not_ready(tmp_path, monkeypatch):
     monkeypatch.setitem(os.environ, "TRITONGEN_FAULT_INJECTION", "1")
-    server = TritonServer(tiny_repository(tmp_path / "repo"), ["generator"], http_port=0, grpc_port=0, metrics_port=0,
-                          log_file=tmp_path / "server.log")
-    with server:
+    server = start_server(tiny_repository(tmp_path / "repo"), tmp_path / "server.log")
+    try:
         url = server.url_http + "/v2/models/generator/generate"
         assert ready(server.url_http)
         status, body = post(url, {"text_input": "Hello", "max_tokens": 400, "ignore_eos": True,
@@ -55,14 +52,15 @@ def test_dead_engine_fails_requests_and_the_model_reports_not_ready(tmp_path, mo
         status, body = post(url, {"text_input": "Hello", "max_tokens": 2})
         assert status >= 400  # refused at once, never a hang
         assert "engine thread died" in server.log_file.read_text(errors="replace")
+    finally:
+        stop_server_later(server)  # a dead engine's server takes seconds to exit: the next test need not wait
 
 
 def test_dead_response_thread_ends_open_requests_and_refuses_the_next(target_gqa_folder, tmp_path, monkeypatch):
     """The thread that sends every response dies: the request in flight gets an error, the next one is refused."""
     monkeypatch.setitem(os.environ, "TRITONGEN_FAULT_INJECTION", "1")
-    server = TritonServer(REPOSITORY, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
-                          log_file=tmp_path / "server.log")
-    with server:
+    server = start_server(REPOSITORY, tmp_path / "server.log")
+    try:
         events: queue.Queue = queue.Queue()
         client = grpcclient.InferenceServerClient(server.url_grpc)
         client.start_stream(callback=lambda result, error: events.put((result, error)))
@@ -96,3 +94,5 @@ def test_dead_response_thread_ends_open_requests_and_refuses_the_next(target_gqa
         client.stop_stream()
         client.close()
         assert "response thread stopped" in server.log_file.read_text(errors="replace")
+    finally:
+        stop_server_later(server)

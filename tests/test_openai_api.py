@@ -270,7 +270,7 @@ def test_body_size_is_limited_before_parsing(triton):
         assert status == 413 and body["error"]["code"] == "request_too_large"
 
         # Chunked, no Content-Length: counted as it arrives. Three 4 KiB chunks, the body left unfinished:
-        # the answer comes before the client would have sent the rest.
+        # the answer comes before the client would have sent the rest, and the server closes the connection.
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=30) as sock:
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -280,6 +280,7 @@ def test_body_size_is_limited_before_parsing(triton):
             while chunk := sock.recv(65536):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 413") and b"request_too_large" in answer, answer[:200]
+        assert b"connection: close" in answer.lower(), answer[:200]
 
 
 def test_fan_out_and_integer_ranges_are_checked_before_any_generation(client):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tritongen.engine.engine import Engine
-from tritongen.engine.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest
+from tritongen.engine.options import EngineConfig, FinishReason, GenerateOptions, GenerateRequest, SchedulerConfig
 from tritongen.speculative.modes import SpeculativeMode
 from tritongen.speculative.proposer import Proposal, Proposer
 
@@ -219,8 +219,10 @@ def test_trained_eagle3_sampling_keeps_smollm2s_distribution(target_gqa_folder):
     from tritongen.speculative.head_config import load_head
 
     eagle3 = load_head(target_gqa_folder.parent / "eagle3_head", 3)
+    # 32 rows: 800 short runs, and a step over twice the rows costs far less than twice the step.
     engine = Engine(target_gqa_folder, EngineConfig(eagle3=eagle3, max_queue_len=1000,
-                                                     speculative_disable_by_batch_size=0))
+                                                     speculative_disable_by_batch_size=0,
+                                                     scheduler=SchedulerConfig(max_num_seqs=32)))
     try:
         prompt = engine.tokenizer.render_chat([{"role": "user", "content": "Tell me about the moon."}])
         plain = sample_tokens(engine, PLAIN, range(0, 400), prompt)

@@ -57,5 +57,6 @@ class Guard:
             await self._too_large().response()(scope, receive, send)
 
     def _too_large(self) -> OpenAIError:
+        # The rest of the body stays unread, so the connection cannot carry another request: close it.
         return OpenAIError(413, f"the request body is over the limit of {self.max_body_bytes} bytes",
-                           code="request_too_large")
+                           code="request_too_large", headers={"Connection": "close"})
