@@ -17,8 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
+
+from .graph_ops import graph_op_types
 
 _KV = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
 _KNOWN = {"input_ids", "attention_mask", "position_ids", "seqlens_k", "total_sequence_length", "num_logits_to_keep"}
@@ -51,14 +52,13 @@ def open_session(model_path: Path, options: ort.SessionOptions, providers: list[
 
 @lru_cache(maxsize=8)
 def uses_group_query_attention(model_path: Path) -> bool:
-    """Whether the graph's attention is GroupQueryAttention (its structure only; weights are not read).
+    """Whether the graph's attention is GroupQueryAttention (its node list only; weights are not read).
 
-    A file onnx cannot parse is left to onnxruntime, whose load error then names the fault."""
+    A file that is not an ONNX model is left to onnxruntime, whose load error then names the fault."""
     try:
-        graph = onnx.load(str(model_path), load_external_data=False).graph
-    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends: reported by open_session instead
+        return "GroupQueryAttention" in graph_op_types(model_path)
+    except Exception:  # noqa: BLE001 - a short, empty or foreign file: reported by open_session instead
         return False
-    return any(node.op_type == "GroupQueryAttention" for node in graph.node)
 
 
 def signature(session: ort.InferenceSession, model_path: Path, head_dim: int | None = None,
