@@ -175,8 +175,9 @@ def _upper_normal(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def sample_tokens(engine: Engine, mode, seeds: range, prompt: str = "Hello world") -> np.ndarray:
-    """Tokens 2..4 of many seeded runs (positions the verifier decides), as a [runs, 3] array."""
+def sample_tokens(engine: Engine, mode, seeds: range, prompt: str = "Hello world", first: int = 1) -> np.ndarray:
+    """Tokens first+1..4 of many seeded runs (2..4: the positions the verifier decides), as a [runs, 4 - first]
+    array."""
     done: queue.Queue = queue.Queue()
     for seed in seeds:
         options = GenerateOptions(max_new_tokens=4, greedy=False, temperature=0.8, top_k=6, seed=seed,
@@ -186,7 +187,7 @@ def sample_tokens(engine: Engine, mode, seeds: range, prompt: str = "Hello world
     for _ in seeds:
         r, e = done.get(timeout=300)
         assert e is None, e
-        out.append(r.token_ids[1:4])
+        out.append(r.token_ids[first:4])
     return np.array(out)
 
 
@@ -216,23 +217,81 @@ def assert_same_distribution(plain: np.ndarray, spec: np.ndarray, label: str) ->
 
 @pytest.mark.slow
 def test_trained_eagle3_sampling_keeps_smollm2s_distribution(target_gqa_folder):
+    """400 seeded EAGLE-3 runs against the target's own sampling distribution after each prefix they took."""
     from tritongen.speculative.head_config import load_head
 
     eagle3 = load_head(target_gqa_folder.parent / "eagle3_head", 3)
-    # 32 rows: 800 short runs, and a step over twice the rows costs far less than twice the step.
+    # 32 rows: many short runs, and a step over twice the rows costs far less than twice the step.
     engine = Engine(target_gqa_folder, EngineConfig(eagle3=eagle3, max_queue_len=1000,
                                                      speculative_disable_by_batch_size=0,
                                                      scheduler=SchedulerConfig(max_num_seqs=32)))
     try:
         prompt = engine.tokenizer.render_chat([{"role": "user", "content": "Tell me about the moon."}])
-        plain = sample_tokens(engine, PLAIN, range(0, 400), prompt)
-        spec = sample_tokens(engine, SpeculativeMode("eagle3"), range(10_000, 10_400), prompt)
-        assert_same_distribution(plain, spec, "eagle3")
+        spec = sample_tokens(engine, SpeculativeMode("eagle3"), range(10_000, 10_400), prompt, first=0)
         drafted, accepted = engine.stats.drafted_tokens, engine.stats.accepted_tokens
         print(f"eagle3 sampling at temperature 0.8: {accepted} of {drafted} drafts accepted")
         assert accepted >= 0.3 * drafted  # a trained head: real acceptance, so the residual path is exercised too
+        prefixes = {tuple(row[:n]) for row in spec.tolist() for n in range(1, spec.shape[1])}
+        exact = next_token_distributions(engine, engine.prepare(GenerateRequest(prompt)).prompt_ids, prefixes)
+        assert_follows(spec, exact, "eagle3")
     finally:
         engine.close()
+
+
+def next_token_distributions(engine: Engine, prompt_ids: list[int], prefixes: set) -> dict[tuple, dict[int, float]]:
+    """The target's sampling distribution (temperature 0.8, top-k 6) after each prefix, from its own logprobs
+    on a plain one-token run: with top_logprobs equal to top_k they list every token it can sample."""
+    done: queue.Queue = queue.Queue()
+    ordered = sorted(prefixes)
+    options = GenerateOptions(max_new_tokens=1, greedy=False, temperature=0.8, top_k=6, top_logprobs=6, seed=0,
+                              stop_on_eos=False)
+    for i, prefix in enumerate(ordered):
+        engine.submit(GenerateRequest(prompt_ids + list(prefix), options),
+                      on_done=lambda r, e, i=i: done.put((i, r, e)))
+    out = {}
+    for _ in ordered:
+        i, r, e = done.get(timeout=300)
+        assert e is None, e
+        out[ordered[i]] = {token: float(np.exp(logprob)) for token, logprob in r.logprobs[0].top}
+        assert abs(sum(out[ordered[i]].values()) - 1) < 1e-6
+    return out
+
+
+def assert_follows(tokens: np.ndarray, exact: dict[tuple, dict[int, float]], label: str) -> None:
+    """Pearson's chi-square of each position's token counts against the counts the exact distributions after
+    each run's own prefix expect (cells expecting fewer than 5 pooled), each position and all of them summed."""
+    total, total_df = 0.0, 0
+    for position in range(1, tokens.shape[1]):
+        expected: dict[int, float] = {}
+        for row in tokens.tolist():
+            for token, p in exact[tuple(row[:position])].items():
+                expected[token] = expected.get(token, 0.0) + p
+        observed = np.bincount(tokens[:, position], minlength=max(expected) + 1)
+        cells, pooled_o, pooled_e = [], 0, 0.0
+        for token, e in sorted(expected.items(), key=lambda item: -item[1]):
+            if e >= 5:
+                cells.append([observed[token], e])
+            else:
+                pooled_o, pooled_e = pooled_o + observed[token], pooled_e + e
+        assert observed.sum() == sum(o for o, _ in cells) + pooled_o  # no token outside the support
+        if pooled_e >= 5 or not cells:
+            cells.append([pooled_o, pooled_e])
+        else:
+            cells[-1] = [cells[-1][0] + pooled_o, cells[-1][1] + pooled_e]
+        stat = sum((o - e) ** 2 / e for o, e in cells)
+        df = max(len(cells) - 1, 1)
+        total, total_df = total + stat, total_df + df
+        p = _chi_square_p(stat, df)
+        print(f"{label} token {position + 1}: chi-square {stat:.1f} on {df} df against the target, p = {p:.3f}")
+        assert p > 0.001
+    p = _chi_square_p(total, total_df)
+    print(f"{label} all positions: chi-square {total:.1f} on {total_df} df, p = {p:.4f}")
+    assert p > 0.001
+
+
+def _chi_square_p(stat: float, df: int) -> float:
+    """Upper tail of chi-square(df) at stat (Wilson-Hilferty)."""
+    return _upper_normal(((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / np.sqrt(2 / (9 * df)))
 
 
 def _chi_z(a: np.ndarray, b: np.ndarray) -> float:
