@@ -472,10 +472,12 @@ def test_logit_bias_and_json_object_on_both_endpoints(client):
     chat = client.chat.completions.create(model="generator", messages=FRANCE, max_tokens=3, temperature=0,
                                           logit_bias={str(token): 100})
     assert chat.choices[0].message.content == " banana" * 3
-    for out in (client.completions.create(model="generator", prompt="A JSON object describing a cat:", max_tokens=150,
-                                          temperature=0, extra_body={"response_format": {"type": "json_object"}}),
-                client.chat.completions.create(model="generator", messages=FRANCE, max_tokens=150, temperature=0,
-                                               response_format={"type": "json_object"})):
+    with ThreadPoolExecutor(2) as pool:  # both at once: the server batches them
+        both = [pool.submit(client.completions.create, model="generator", prompt="A JSON object describing a cat:",
+                            max_tokens=150, temperature=0, extra_body={"response_format": {"type": "json_object"}}),
+                pool.submit(client.chat.completions.create, model="generator", messages=FRANCE, max_tokens=150,
+                            temperature=0, response_format={"type": "json_object"})]
+    for out in (future.result() for future in both):
         choice = out.choices[0]
         text = choice.text if hasattr(choice, "text") else choice.message.content
         print(f"json_object: {choice.finish_reason} {text!r}")

@@ -19,7 +19,7 @@ from tritongen.runtime.tokenizer import TextTokenizer
 from tritongen.serve import TritonServer, folder_repository
 
 from conftest import REPOSITORY, ROOT
-from triton_helpers import I32, grpc_request, text, tree_digest
+from triton_helpers import I32, grpc_request, stop_server_later, text, tree_digest
 
 pytestmark = pytest.mark.server
 FOREIGN = ROOT / "foreign_models"
@@ -49,10 +49,13 @@ def server(tmp_path_factory):
         config_file.write_text(text_format.MessageToString(config))
     before = {name: tree_digest(path) for name, path in folders.items()}
     log = repository.parent / "server.log"
-    with TritonServer(repository, [model_name(n) for n in folders], http_port=0, grpc_port=0, metrics_port=0,
-                      log_file=log) as srv:
+    srv = TritonServer(repository, [model_name(n) for n in folders], http_port=0, grpc_port=0, metrics_port=0,
+                       log_file=log).start()
+    try:
         yield srv
-    changed = [str(path) for name, path in folders.items() if tree_digest(path) != before[name]]
+        changed = [str(path) for name, path in folders.items() if tree_digest(path) != before[name]]
+    finally:
+        stop_server_later(srv)  # five models take seconds to unload; the session's end waits for it
     assert not changed, f"changed while served: {changed}"
 
 

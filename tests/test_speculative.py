@@ -135,9 +135,10 @@ def test_every_mode_is_token_identical_alone_and_mixed_in_a_batch(model, request
         requests = [GenerateRequest(prompts[i % 4], GenerateOptions(max_new_tokens=12, stop_on_eos=False,
                                                                      speculative_mode=modes[i % len(modes)]))
                     for i in range(8)]
-        plain = [engine.generate(GenerateRequest(r.prompt, GenerateOptions(max_new_tokens=12, stop_on_eos=False,
-                                                                            speculative_mode=PLAIN))).token_ids
-                 for r in requests]
+        plain_by_prompt = {p: engine.generate(GenerateRequest(p, GenerateOptions(max_new_tokens=12, stop_on_eos=False,
+                                                                                 speculative_mode=PLAIN))).token_ids
+                           for p in prompts}
+        plain = [plain_by_prompt[r.prompt] for r in requests]
         solo, batch = solo_and_batch(engine, requests)
         for i, r in enumerate(requests):
             assert solo[i] == plain[i], f"{model} request {i} alone"
