@@ -22,6 +22,6 @@ print(folder_repository(sys.argv[1], sys.argv[2]))' "$MODEL" "${MODEL_VARIANT:-}
 fi
 guarded="model-repository,shared-memory,trace,logging:tritongen-operator-key=$key"
 exec tritonserver --model-repository="$repository" \
-  --model-control-mode=explicit --load-model=generator \
+  --model-control-mode=explicit --load-model=generator --disable-auto-complete-config \
   --http-address=0.0.0.0 --grpc-address=0.0.0.0 --metrics-address=0.0.0.0 \
   --http-restricted-api="$guarded" --grpc-restricted-protocol="$guarded" "$@"

@@ -275,6 +275,8 @@ def test_clients_that_stop_reading_do_not_stall_the_others(server):
     got, error = slow_grpc.drain()
     assert error is None and sum(int(r.as_numpy("num_output_tokens")[0]) for r in got) == SLOW_TOKENS
     slow_grpc.close(cancel=False)
+    # Reading again: a normal receive buffer, or the catch-up crawls at 4 KiB per delayed acknowledgement.
+    slow_sse.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     slow_sse.settimeout(60)
     data = read_events(slow_sse, 1)
     while b'"finish_reason":"max_tokens"' not in data:

@@ -207,6 +207,8 @@ class TritonServer:
         cmd = [str(triton_dir() / "bin" / "tritonserver"),
                f"--model-repository={self.model_repository}",
                "--model-control-mode=explicit",
+               # Every config is complete; auto-completing it would start each python model's stub twice.
+               "--disable-auto-complete-config",
                f"--backend-directory={backend_dir()}",
                f"--http-port={self.http_port}",
                f"--grpc-port={self.grpc_port}",
