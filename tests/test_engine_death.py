@@ -14,7 +14,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import REPOSITORY
-from triton_helpers import start_server, stop_server_later, tiny_repository
+from triton_helpers import model_ready, start_server, stop_server_later, tiny_repository
 
 pytestmark = pytest.mark.server
 
@@ -28,27 +28,19 @@ def post(url: str, body: dict) -> tuple[int, dict]:
         return e.code, json.loads(e.read() or b"{}")
 
 
-def ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/v2/models/generator/ready", timeout=5) as r:
-            return r.status == 200
-    except urllib.error.HTTPError:
-        return False
-
-
 def test_dead_engine_fails_requests_and_the_model_reports_not_ready(tmp_path, monkeypatch):
     monkeypatch.setitem(os.environ, "TRITONGEN_FAULT_INJECTION", "1")
     server = start_server(tiny_repository(tmp_path / "repo"), tmp_path / "server.log")
     try:
         url = server.url_http + "/v2/models/generator/generate"
-        assert ready(server.url_http)
+        assert model_ready(server)
         status, body = post(url, {"text_input": "Hello", "max_tokens": 400, "ignore_eos": True,
                                   "parameters": {"tritongen_fault": "engine_crash"}})
         assert status >= 400 and "injected engine fault" in body["error"]
         deadline = time.time() + 30
-        while ready(server.url_http) and time.time() < deadline:
+        while model_ready(server) and time.time() < deadline:
             time.sleep(0.2)
-        assert not ready(server.url_http)
+        assert not model_ready(server)
         status, body = post(url, {"text_input": "Hello", "max_tokens": 2})
         assert status >= 400  # refused at once, never a hang
         assert "engine thread died" in server.log_file.read_text(errors="replace")

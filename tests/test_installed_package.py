@@ -16,7 +16,7 @@ import pytest
 from tritongen.serve import free_port
 
 from conftest import ROOT
-from triton_helpers import I32, I64, grpc_request, tree_digest
+from triton_helpers import I32, I64, grpc_request, later, tree_digest
 
 pytestmark = pytest.mark.server
 
@@ -72,5 +72,9 @@ def test_installed_wheel_serves_a_model_folder(tmp_path):
         assert sum(len(r.as_numpy("output_ids")) for r, _ in got) == 5
     finally:
         serve.terminate()
-        assert serve.wait(timeout=90) == 0
-    assert tree_digest(FOLDER) == before
+        later(lambda: stopped_leaving_the_folder_as_it_was(serve, before))
+
+
+def stopped_leaving_the_folder_as_it_was(serve: subprocess.Popen, before: list) -> None:
+    assert serve.wait(timeout=90) == 0, "the installed package's server did not exit cleanly"
+    assert tree_digest(FOLDER) == before, f"{FOLDER} changed while the installed package served it"

@@ -25,7 +25,7 @@ from tritongen.serve import TritonServer
 from tritongen.triton.lockdown import OPERATOR_HEADER, OPERATOR_KEY_ENV, operator_key, server_args
 
 from conftest import REPOSITORY
-from triton_helpers import tiny_repository
+from triton_helpers import later, model_ready, tiny_repository
 
 PAYLOAD = '''
 import json
@@ -58,14 +58,6 @@ def post(url: str, body: dict, headers: dict | None = None) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def ready(server: TritonServer) -> bool:
-    try:
-        with urllib.request.urlopen(server.url_http + "/v2/models/generator/ready", timeout=5) as r:
-            return r.status == 200
-    except urllib.error.HTTPError:
-        return False
-
-
 def test_operator_key_file_is_owner_only_and_env_key_wins(tmp_path, monkeypatch):
     monkeypatch.delenv(OPERATOR_KEY_ENV, raising=False)
     key, path = operator_key(tmp_path / "key")
@@ -96,8 +88,8 @@ def test_control_apis_refuse_clients_without_the_operator_header(tmp_path, monke
     code = PAYLOAD.encode()
     load_body = {"parameters": {"config": config, "file:1/model.py": base64.b64encode(code).decode()}}
     server = TritonServer(tiny_repository(tmp_path / "repo"), ["generator"], http_port=0, grpc_port=0, metrics_port=0,
-                          log_file=tmp_path / "server.log", key_file=tmp_path / "operator.key")
-    with server:
+                          log_file=tmp_path / "server.log", key_file=tmp_path / "operator.key").start()
+    try:
         assert stat.S_IMODE(server.key_file.stat().st_mode) == 0o600
         repo = server.url_http + "/v2/repository"
         grpc = grpcclient.InferenceServerClient(server.url_grpc)
@@ -123,12 +115,12 @@ def test_control_apis_refuse_clients_without_the_operator_header(tmp_path, monke
         with pytest.raises(InferenceServerException, match="(?i)restricted"):  # the HTTP header is not gRPC's
             grpc.unload_model("generator", headers=server.operator_headers)
         assert not marker.exists()  # each load above was answered, refused, before this line
-        assert ready(server)
+        assert model_ready(server)
         status, body = post(server.url_http + "/v2/models/generator/generate", {"text_input": "Hi", "max_tokens": 2})
         assert status == 200, body
         # A wrong key is no key.
         status, _ = post(f"{repo}/models/generator/unload", {}, {OPERATOR_HEADER: server.operator_key + "x"})
-        assert status == 403 and ready(server)
+        assert status == 403 and model_ready(server)
 
         # With the header the same payload runs: the refusal above is the lockdown, not a broken payload.
         status, body = post(f"{repo}/models/intruder/load", load_body, server.operator_headers)
@@ -139,14 +131,20 @@ def test_control_apis_refuse_clients_without_the_operator_header(tmp_path, monke
         status, body = post(f"{repo}/models/generator/unload", {}, server.operator_headers)
         assert status == 200, body
         deadline = time.monotonic() + 60
-        while ready(server) and time.monotonic() < deadline:
+        while model_ready(server) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not ready(server)
+        assert not model_ready(server)
         grpc.load_model("generator", headers=server.operator_grpc_headers)
-        assert ready(server)
+        assert model_ready(server)
         grpc.close()
-    assert not server.key_file.exists()  # removed with the server
+    finally:
+        later(lambda: stopped_without_its_key(server))
     assert os.environ.get(OPERATOR_KEY_ENV) is None
+
+
+def stopped_without_its_key(server: TritonServer) -> None:
+    server.stop()
+    assert not server.key_file.exists(), "the operator key file outlived its server"
 
 
 def test_docker_entrypoint_locks_the_image_down_like_serve(tmp_path, monkeypatch):

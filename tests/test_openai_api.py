@@ -30,7 +30,7 @@ from tritongen.runtime.tokenizer import TextTokenizer
 from tritongen.serve import free_port
 
 from conftest import REPOSITORY
-from triton_helpers import NO_HEADS, small_repository, start_server, stop_server_later, tensor
+from triton_helpers import NO_HEADS, model_ready, small_repository, start_server, stop_server_later, tensor
 
 pytestmark = pytest.mark.server
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
@@ -352,13 +352,16 @@ def test_a_dead_engine_is_503_without_internals(busy_triton):
         assert events.get(timeout=60)[1] is not None
         c.stop_stream()
         c.close()
-        for _ in range(2):  # while the model unloads itself, and after
+        for moment in ("while the model unloads itself", "after"):
             status, headers, body = post(url + "/v1/completions",
                                          json.dumps({"model": "generator", "prompt": "Hi", "max_tokens": 2}).encode())
             message = body["error"]["message"]
-            assert status == 503 and headers["retry-after"] == "1", (status, body)
+            assert status == 503 and headers["retry-after"] == "1", (moment, status, body)
             assert "Triton" not in message and "127.0.0.1" not in message and "engine" not in message, message
-            time.sleep(2)
+            deadline = time.monotonic() + 30
+            while model_ready(busy_triton):
+                assert time.monotonic() < deadline, "the generator did not unload itself"
+                time.sleep(0.1)
 
 
 def tool(name: str, properties: dict, required: list[str]) -> dict:

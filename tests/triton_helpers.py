@@ -13,6 +13,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -91,7 +92,13 @@ _stopping: list[Future] = []
 def stop_server_later(server: TritonServer) -> None:
     """stop_server in the background: Triton's shutdown mostly waits (it polls once a second), and the next
     test need not wait with it. The session's end waits for every one (wait_for_stopped_servers)."""
-    _stopping.append(_stopper.submit(stop_server, server))
+    later(lambda: stop_server(server))
+
+
+def later(check: Callable[[], object]) -> None:
+    """A shutdown and what is checked after it, in the background; the session's end waits for it and
+    raises what it raised."""
+    _stopping.append(_stopper.submit(check))
 
 
 def wait_for_stopped_servers(timeout: float = 120) -> None:
@@ -189,6 +196,15 @@ def wait_idle(server, timeout: float = 60) -> dict[str, float]:
             return m
         assert time.monotonic() < deadline, f"engine still busy after {timeout}s: {m}"
         time.sleep(0.2)
+
+
+def model_ready(server) -> bool:
+    """The generator answers ready (a generator whose engine died unloads itself)."""
+    try:
+        with urllib.request.urlopen(server.url_http + "/v2/models/generator/ready", timeout=5) as r:
+            return r.status == 200
+    except urllib.error.HTTPError:
+        return False
 
 
 def stub_pid(server) -> int:
