@@ -25,9 +25,9 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -256,15 +256,9 @@ def cancel_after_first_response(server, i: int) -> str | None:
 
 
 def run_waves(server, count: int, wave: int, offset: int = 0) -> list[str]:
-    problems: list[str] = []
-    for start in range(0, count, wave):
-        threads = []
-        for i in range(start, min(start + wave, count)):
-            t = threading.Thread(target=lambda i=i: problems.append(cancel_after_first_response(server, offset + i)))
-            t.start()
-            threads.append(t)
-        for t in threads:
-            t.join(timeout=180)
+    """count cancelled streams, `wave` of them open at any time."""
+    with ThreadPoolExecutor(wave) as pool:
+        problems = list(pool.map(lambda i: cancel_after_first_response(server, offset + i), range(count)))
     return [p for p in problems if p is not None]
 
 
