@@ -163,7 +163,7 @@ def evaluate(model: Eagle3Head, split: Split, starts: np.ndarray, k: int, embedd
     return {"accepted_length": accepted / n, "step_accuracy": [round(x, 3) for x in (step_hits / n).tolist()]}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=ROOT / "build" / "eagle3")
     parser.add_argument("--out", type=Path, default=ROOT / "backend_src" / "tritongen" / "model_build" /
@@ -177,7 +177,30 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (throughput probes)")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def optimizer(model: Eagle3Head, lr: float, total: int):
+    """AdamW with a linear warm-up, then a cosine down to a tenth of lr at the last step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    warmup = min(50, total // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(warmup, 1)) * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, total) / max(total, 1)))))
+    return opt, sched
+
+
+def write_weights(out: Path, model: Eagle3Head, d2t: np.ndarray, spec: dict) -> None:
+    """float16 weights and the draft-to-target map; the LM head is the target's embedding rows d2t, frozen:
+    the builder takes them from the target."""
+    arrays = {k: v.astype(np.float16) for k, v in model.export().items() if k != "lm_head"}
+    meta = [spec[n] for n in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                              "num_kv_heads")]
+    np.savez_compressed(out, d2t=d2t.astype(np.int64), target_spec=np.array(meta, np.int64), **arrays)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
@@ -199,10 +222,7 @@ def main() -> None:
 
     steps_per_epoch = len(train_starts) // args.batch
     total = int(args.epochs * steps_per_epoch)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.95))
-    warmup = min(50, total // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(warmup, 1)) * (
-        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, total) / max(total, 1)))))
+    opt, sched = optimizer(model, args.lr, total)
     ckpt = args.data / "checkpoint.pt"
     state = {"step": 0, "tokens": 0, "log": [], "elapsed": 0.0}
     if args.resume and ckpt.exists():
@@ -250,12 +270,7 @@ def main() -> None:
                   flush=True)
     (args.data / "train_log.json").write_text(json.dumps(state["log"], indent=1))
     if state["step"] >= total and not (args.out.exists() and args.out.stat().st_mtime > ckpt.stat().st_mtime):
-        # The LM head is the target's embedding rows d2t, frozen: the builder takes them from the target.
-        arrays = {k: v.astype(np.float16) for k, v in model.export().items() if k != "lm_head"}
-        meta = [spec[n] for n in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-                                  "num_kv_heads")]
-        np.savez_compressed(args.out, d2t=d2t.astype(np.int64), target_spec=np.array(meta, np.int64), **arrays)
-        print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
+        write_weights(args.out, model, d2t, spec)
 
 
 if __name__ == "__main__":

@@ -45,27 +45,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
     unknown = sorted(set(params) - _KNOWN)
     if unknown:
         raise ValueError(f"generator config.pbtxt has unknown parameter(s): {', '.join(unknown)}")
-    ints = {}
-    for key in _INT_KEYS:
-        if key in params and params[key].strip():
-            try:
-                ints[key] = int(params[key])
-            except ValueError:
-                raise ValueError(f"generator parameter {key} must be an integer, got {params[key]!r}") from None
-    floats = {}
-    for key in _FLOAT_KEYS:
-        if params.get(key, "").strip():
-            try:
-                floats[key] = float(params[key])
-            except ValueError:
-                raise ValueError(f"generator parameter {key} must be a number, got {params[key]!r}") from None
-    bools = {}
-    for key in _BOOL_KEYS:
-        value = params.get(key, "").strip().lower()
-        if value and value not in ("true", "false"):
-            raise ValueError(f"generator parameter {key} must be true or false, got {params[key]!r}")
-        if value:
-            bools[key] = value == "true"
+    ints, floats, bools = _typed(params)
     stream_interval = ints.get("stream_interval", 1)
     if stream_interval < 1:
         raise ValueError(f"generator parameter stream_interval must be at least 1, got {stream_interval}")
@@ -94,19 +74,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         speculative_disable_by_batch_size=ints.get("speculative_disable_by_batch_size",
                                                    defaults.speculative_disable_by_batch_size),
     )
-    folders = {key: repository / params[key].strip() for key in _FOLDERS if params.get(key, "").strip()}
-    missing = [f"{key}={path.name}" for key, path in folders.items() if not path.is_dir()]
-    if missing:
-        raise ValueError(f"generator parameter(s) name missing repository folder(s): {', '.join(missing)}")
-    k = engine.num_speculative_tokens
-    engine.draft_model = folders.get("draft_model")
-    if "mtp_head" in folders:
-        kv_mode = params.get("mtp_kv_mode", "").strip()
-        engine.mtp = load_head_of(MtpConfig, folders["mtp_head"], k, **({"kv_mode": kv_mode} if kv_mode else {}))
-    if "eagle3_head" in folders:
-        engine.eagle3 = load_head_of(Eagle3Config, folders["eagle3_head"], k)
-    if "shared_kv_head" in folders:
-        engine.shared_kv = load_head_of(SharedKvProposerConfig, folders["shared_kv_head"], k)
+    _attach_speculative_folders(engine, params, repository)
     engine.kv_connector = _connector(params, ints, repository)
     engine.validate()
     limits = RequestLimits(**{key: ints[key] for key in RequestLimits.settings() if key in ints})
@@ -121,6 +89,49 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         limits=limits,
         allow_high_priority=bools.get("allow_high_priority", False),
     )
+
+
+def _typed(params: dict[str, str]) -> tuple[dict[str, int], dict[str, float], dict[str, bool]]:
+    """The integer, number and boolean parameters that are set, each parsed or refused by name."""
+    ints = {}
+    for key in _INT_KEYS:
+        if key in params and params[key].strip():
+            try:
+                ints[key] = int(params[key])
+            except ValueError:
+                raise ValueError(f"generator parameter {key} must be an integer, got {params[key]!r}") from None
+    floats = {}
+    for key in _FLOAT_KEYS:
+        if params.get(key, "").strip():
+            try:
+                floats[key] = float(params[key])
+            except ValueError:
+                raise ValueError(f"generator parameter {key} must be a number, got {params[key]!r}") from None
+    bools = {}
+    for key in _BOOL_KEYS:
+        value = params.get(key, "").strip().lower()
+        if value and value not in ("true", "false"):
+            raise ValueError(f"generator parameter {key} must be true or false, got {params[key]!r}")
+        if value:
+            bools[key] = value == "true"
+    return ints, floats, bools
+
+
+def _attach_speculative_folders(engine: EngineConfig, params: dict[str, str], repository: Path) -> None:
+    """The draft model and the heads the parameters name, each folder checked to exist."""
+    folders = {key: repository / params[key].strip() for key in _FOLDERS if params.get(key, "").strip()}
+    missing = [f"{key}={path.name}" for key, path in folders.items() if not path.is_dir()]
+    if missing:
+        raise ValueError(f"generator parameter(s) name missing repository folder(s): {', '.join(missing)}")
+    k = engine.num_speculative_tokens
+    engine.draft_model = folders.get("draft_model")
+    if "mtp_head" in folders:
+        kv_mode = params.get("mtp_kv_mode", "").strip()
+        engine.mtp = load_head_of(MtpConfig, folders["mtp_head"], k, **({"kv_mode": kv_mode} if kv_mode else {}))
+    if "eagle3_head" in folders:
+        engine.eagle3 = load_head_of(Eagle3Config, folders["eagle3_head"], k)
+    if "shared_kv_head" in folders:
+        engine.shared_kv = load_head_of(SharedKvProposerConfig, folders["shared_kv_head"], k)
 
 
 def _connector(params: dict[str, str], ints: dict[str, int], repository: Path) -> KvConnectorConfig:
