@@ -29,6 +29,7 @@ import tritonclient.grpc as grpcclient
 
 from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateConstraint, GenerateOptions, GenerateRequest
+from tritongen.serve import TritonServer
 from tritongen.speculative.modes import SpeculativeMode
 from tritongen.speculative.prompt_lookup import PromptLookupProposer
 from tritongen.speculative.proposer import Proposal
@@ -377,9 +378,12 @@ def broken_target(repository, how: str) -> None:
 def test_missing_or_corrupt_model_file_is_a_clear_load_error(target_folder, tmp_path, how, reason):
     repository = small_repository(tmp_path / "repo", **NO_HEADS)
     broken_target(repository, how)
+    server = TritonServer(repository, ["generator"], http_port=0, grpc_port=0, metrics_port=0,
+                          log_file=tmp_path / "server.log", key_file=tmp_path / "operator.key")
     t0 = time.monotonic()
     with pytest.raises(RuntimeError) as failure:
-        start_server(repository, tmp_path / "server.log")
+        server.start()
+    assert not server.key_file.exists(), "a failed start left the operator key behind"
     message = str(failure.value)
     print(f"\n{how} model.onnx: start failed after {time.monotonic() - t0:.1f}s: "
           f"{[ln for ln in message.splitlines() if reason in ln][:1]}")

@@ -250,6 +250,7 @@ class TritonServer:
         while not self.is_ready():
             rc = self.process.poll()
             if rc is not None:
+                self.stop()  # its stub and the key file go with it
                 raise RuntimeError(f"tritonserver exited with code {rc} before ready; "
                                    f"log {self.log_file}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
