@@ -14,15 +14,18 @@ from .sequence import DoneCallback
 def generate_scheduled(engine: Engine, arrivals: list[ScheduledGenerateArrival]) -> list[PrioritizedGenerateResult]:
     """Run requests that become visible at given step counts (from now); results in the order given."""
     done: queue.Queue = queue.Queue()
-    base = engine.steps
 
     def finished(index: int) -> DoneCallback:
         return lambda result, error: done.put((index, result, error))
 
-    for index, arrival in enumerate(arrivals):
-        r = arrival.request
-        engine.submit(r.request, priority=r.priority, session_id=r.session_id, arrival_step=base + arrival.arrival_step,
-                      on_done=finished(index))
+    # All submitted before the engine thread looks: idle, it steps as soon as the first one is in, and the
+    # rest would arrive a step or more late. (The condition's lock is reentrant: submit takes it too.)
+    with engine._wake:
+        base = engine.steps
+        for index, arrival in enumerate(arrivals):
+            r = arrival.request
+            engine.submit(r.request, priority=r.priority, session_id=r.session_id,
+                          arrival_step=base + arrival.arrival_step, on_done=finished(index))
     results: list = [None] * len(arrivals)
     for _ in arrivals:
         i, result, error = done.get()
