@@ -5,8 +5,10 @@ Unknown keys are errors so a typo does not silently fall back to a default.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..engine.options import EngineConfig, GenerateOptions, SchedulerConfig
 from ..kv.connector import CachePriority
@@ -14,6 +16,8 @@ from ..kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig, LocalTi
 from ..speculative.head_config import load_head_of
 from ..speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 from .request_limits import RequestLimits
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -93,20 +97,8 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
 
 def _typed(params: dict[str, str]) -> tuple[dict[str, int], dict[str, float], dict[str, bool]]:
     """The integer, number and boolean parameters that are set, each parsed or refused by name."""
-    ints = {}
-    for key in _INT_KEYS:
-        if key in params and params[key].strip():
-            try:
-                ints[key] = int(params[key])
-            except ValueError:
-                raise ValueError(f"generator parameter {key} must be an integer, got {params[key]!r}") from None
-    floats = {}
-    for key in _FLOAT_KEYS:
-        if params.get(key, "").strip():
-            try:
-                floats[key] = float(params[key])
-            except ValueError:
-                raise ValueError(f"generator parameter {key} must be a number, got {params[key]!r}") from None
+    ints = _parsed(params, _INT_KEYS, int, "an integer")
+    floats = _parsed(params, _FLOAT_KEYS, float, "a number")
     bools = {}
     for key in _BOOL_KEYS:
         value = params.get(key, "").strip().lower()
@@ -115,6 +107,17 @@ def _typed(params: dict[str, str]) -> tuple[dict[str, int], dict[str, float], di
         if value:
             bools[key] = value == "true"
     return ints, floats, bools
+
+
+def _parsed(params: dict[str, str], keys: Iterable[str], parse: Callable[[str], T], kind: str) -> dict[str, T]:
+    out = {}
+    for key in keys:
+        if params.get(key, "").strip():
+            try:
+                out[key] = parse(params[key])
+            except ValueError:
+                raise ValueError(f"generator parameter {key} must be {kind}, got {params[key]!r}") from None
+    return out
 
 
 def _attach_speculative_folders(engine: EngineConfig, params: dict[str, str], repository: Path) -> None:
