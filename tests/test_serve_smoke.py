@@ -11,6 +11,8 @@ import pytest
 
 from tritongen.serve import TritonServer
 
+from triton_helpers import later
+
 pytestmark = pytest.mark.server
 
 MODEL_PY = textwrap.dedent('''
@@ -55,8 +57,8 @@ def test_decoupled_model_streams_three_responses(model_repository, tmp_path):
     import tritonclient.grpc as grpcclient
 
     server = TritonServer(model_repository, models=["echo"], http_port=0, grpc_port=0,
-                          metrics_port=0, log_file=tmp_path / "triton.log")
-    with server:
+                          metrics_port=0, log_file=tmp_path / "triton.log").start()
+    try:
         results: queue.Queue = queue.Queue()
         client = grpcclient.InferenceServerClient(server.url_grpc)
         try:
@@ -78,7 +80,12 @@ def test_decoupled_model_streams_three_responses(model_repository, tmp_path):
             client.stop_stream()
             client.close()
         assert outputs == [[7, 40], [8, 41], [9, 42]]
-        process = server.process
+    finally:
+        later(lambda: stops_cleanly(server))
 
-    assert process.poll() is not None, "tritonserver still running after stop()"
-    assert process.returncode == 0, server.log_tail()
+
+def stops_cleanly(server: TritonServer) -> None:
+    """SIGTERM ends tritonserver with exit code 0 (checked in the background: Triton takes seconds to stop)."""
+    returncode = server.stop()
+    assert server.process.poll() is not None, "tritonserver still running after stop()"
+    assert returncode == 0, server.log_tail()
