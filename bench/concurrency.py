@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-# bench.prompts and bench.report are imported where they are used: the figures and tables need numpy alone,
-# so this module also loads as a plain module from bench/ (as tests/test_bench_figures.py loads it).
+from bench.prompts import long_prompts
+from bench.report import NEAR_TIE, save_figure
+
 
 # What runs, in order within a level. kind: how the worker is driven. model: the ONNX layout it runs.
 #   tiled   -> run_tiled(text, ids, n, batch): one prompt, prefilled once, KV repeated into every row
@@ -94,8 +95,6 @@ class Section:
 
 def prompt_sets(tokenizer, length: int, levels, poisson_count: int):
     """Disjoint prompt sets: per level and pass (and per own-prompt row), the Poisson run's, then short warm-ups."""
-    from bench.prompts import long_prompts
-
     sets, used = {}, 0
     for level in levels:
         owners = [None] + [s.key for s in SETTINGS if s.key in OWN_PROMPTS and level in s.levels]
@@ -253,8 +252,6 @@ def check_tokens(section: Section, raw_worker) -> dict:
     """Every row against the in-process engine's row for the same prompt (the tiled raw rows: against the
     engine's first prompt). A difference is classified at its first differing token by the raw concat loop's
     top-2 logit gap there, teacher-forced on the reference tokens: below 1e-4 a near-tie, else a MISMATCH."""
-    from bench.report import NEAR_TIE
-
     notes: dict = {}
     budget = 8  # margin look-ups (each a prefill of length + k tokens)
     records = [(k, rec) for k, rec in section.runs.items()]
@@ -408,8 +405,6 @@ def plots(out: Path, section: Section, figs: dict, pf: dict | None) -> list[Path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from bench.report import save_figure
 
     written = []
     fig, ax = plt.subplots(figsize=(9, 5), dpi=80)

@@ -7,14 +7,9 @@ rate, must come out at the same tok/s.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-from concurrency import figures  # noqa: E402
+from bench.concurrency import figures
 
 STREAMS, NEW_TOKENS, STEP_S = 16, 96, 0.05
 
