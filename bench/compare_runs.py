@@ -33,8 +33,10 @@ def compare(before: list[dict[str, float]], after: list[dict[str, float]], toler
         a = [run[target] for run in after if target in run]
         if not (a and b):
             continue
-        change = statistics.median(a) / statistics.median(b)
-        rows.append({"target": target, "before": b, "after": a, "change": change,
+        median_b, median_a = statistics.median(b), statistics.median(a)
+        change = median_a / median_b
+        rows.append({"target": target, "before": b, "after": a, "median_before": median_b, "median_after": median_a,
+                     "change": change,
                      "spread_before": max(b) / min(b) - 1, "spread_after": max(a) / min(a) - 1,
                      "within": abs(change - 1) <= tolerance})
     return rows
@@ -47,8 +49,8 @@ def table(rows: list[dict], tolerance: float) -> str:
     head = ("| target | before runs | after runs | median before | median after | after / before "
             "| spread before, after | within ±" + f"{tolerance:.0%} |\n|---|---|---|---:|---:|---:|---:|---|\n")
     return head + "".join(
-        f"| {r['target']} | {runs(r['before'])} | {runs(r['after'])} | {statistics.median(r['before']):.3f} "
-        f"| {statistics.median(r['after']):.3f} | {r['change']:.3f} | {r['spread_before']:.1%}, "
+        f"| {r['target']} | {runs(r['before'])} | {runs(r['after'])} | {r['median_before']:.3f} "
+        f"| {r['median_after']:.3f} | {r['change']:.3f} | {r['spread_before']:.1%}, "
         f"{r['spread_after']:.1%} | {'yes' if r['within'] else '**no**'} |\n" for r in rows)
 
 
