@@ -31,6 +31,7 @@ from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 from tritongen.model_build.decoder_graph import build_decoder
 from tritongen.model_build.fp16 import convert_fp16
+from tritongen.model_build.hf_config import llama_config
 from tritongen.model_build.onnx_folder import write_model_folder
 from tritongen.model_build.tiny import tiny_settings, tiny_spec, tiny_tokenizer_json, tiny_weights
 from tritongen.runtime.cpu_threads import session_options
@@ -51,8 +52,9 @@ def fp16_folder(folder: Path, spec, tokenizer: Path | None) -> Path:
         tokens = tiny_tokenizer_json(spec.vocab_size)
     else:
         tokens = json.loads((tokenizer / "tokenizer.json").read_text())
+    settings = tiny_settings(spec)
     write_model_folder(folder, convert_fp16(build_decoder(tiny_weights(spec, seed=0), attention="gqa")), tokens,
-                       tiny_settings(spec))
+                       settings, llama_config(spec, settings, "float16"))
     return folder
 
 

@@ -34,12 +34,13 @@ def target_gqa_folder() -> Path:
 def build_tiny(folder: Path, attention: str, seed: int = 0) -> Path:
     """A seeded 2-layer llama decoder with a byte-level tokenizer, built in well under a second."""
     from tritongen.model_build.decoder_graph import build_decoder
+    from tritongen.model_build.hf_config import llama_config
     from tritongen.model_build.onnx_folder import write_model_folder
     from tritongen.model_build.tiny import tiny_settings, tiny_spec, tiny_tokenizer_json, tiny_weights
 
-    spec = tiny_spec()
+    spec, settings = tiny_spec(), tiny_settings(tiny_spec())
     write_model_folder(folder, build_decoder(tiny_weights(spec, seed=seed), attention=attention),
-                       tiny_tokenizer_json(spec.vocab_size), tiny_settings(spec))
+                       tiny_tokenizer_json(spec.vocab_size), settings, llama_config(spec, settings))
     return folder
 
 

@@ -9,6 +9,7 @@ from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 from tritongen.model_build.decoder_graph import build_decoder
 from tritongen.model_build.fp16 import convert_fp16
+from tritongen.model_build.hf_config import llama_config
 from tritongen.model_build.onnx_folder import write_model_folder
 from tritongen.model_build.tiny import tiny_settings, tiny_spec, tiny_tokenizer_json, tiny_weights
 
@@ -18,8 +19,9 @@ PROMPT = "The capital of France is Paris. The quick brown fox jumps over the laz
 def test_fp16_build_generates_the_fp32_tokens_with_fp16_kv(tiny_folder, tmp_path):
     spec = tiny_spec()
     folder = tmp_path / "tiny_gqa_fp16"
+    settings = tiny_settings(spec)
     write_model_folder(folder, convert_fp16(build_decoder(tiny_weights(spec, seed=0), attention="gqa")),
-                       tiny_tokenizer_json(spec.vocab_size), tiny_settings(spec))
+                       tiny_tokenizer_json(spec.vocab_size), settings, llama_config(spec, settings, "float16"))
     options = GenerateOptions(max_new_tokens=24, stop_on_eos=False)
     outputs = {}
     for name, path in (("fp32", tiny_folder), ("fp16", folder)):

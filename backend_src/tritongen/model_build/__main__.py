@@ -20,6 +20,7 @@ from tqdm import tqdm
 from . import __file__ as _pkg_file
 from .decoder_graph import build_decoder
 from .fp16 import convert_fp16
+from .hf_config import llama_config
 from .gguf_import import read_weights
 from .head_folders import TRAINED_EAGLE3, write_heads, write_target_matrices
 from .int4 import quantize_int4
@@ -96,12 +97,14 @@ def build(repo: Path, gguf_path: Path, fp16: bool = False) -> None:
     for name in tqdm([n for n in stale if n in variants], desc="build onnx models"):
         dropped, attention, precision = variants[name]
         kept = [i for i in range(weights.spec.num_layers) if i not in dropped]
-        model = build_decoder(weights.keep_layers(kept), attention=attention)
+        kept_weights = weights.keep_layers(kept)
+        model = build_decoder(kept_weights, attention=attention)
         if precision == "int4":
             model = quantize_int4(model)
         elif precision == "fp16":
             model = convert_fp16(model)
-        write_model_folder(repo / name, model, tokenizer_json, settings)
+        hf_config = llama_config(kept_weights.spec, settings, "float16" if precision == "fp16" else "float32")
+        write_model_folder(repo / name, model, tokenizer_json, settings, hf_config)
         (repo / name / "1" / "build_stamp.json").write_text(json.dumps(keys[name]), encoding="utf-8")
     if any(name in HEADS for name in stale):
         write_target_matrices(repo / "target_gqa", weights)

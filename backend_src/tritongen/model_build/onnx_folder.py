@@ -1,7 +1,8 @@
-"""Write one ONNX model folder of the repository: model, config.pbtxt, tokenizer."""
+"""Write one ONNX model folder of the repository: model, config.pbtxt, tokenizer, Hugging Face config.json."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import onnx
@@ -29,9 +30,11 @@ def triton_config(name: str, model: onnx.ModelProto) -> str:
     return text_format.MessageToString(cfg)
 
 
-def write_model_folder(folder: Path, model: onnx.ModelProto, tokenizer_json: dict, settings: dict) -> None:
+def write_model_folder(folder: Path, model: onnx.ModelProto, tokenizer_json: dict, settings: dict,
+                       hf_config: dict) -> None:
     version_dir = folder / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(version_dir / "model.onnx"))
     (folder / "config.pbtxt").write_text(triton_config(folder.name, model), encoding="utf-8")
     write_tokenizer_folder(folder, tokenizer_json, settings)
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=1), encoding="utf-8")
