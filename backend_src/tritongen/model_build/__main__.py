@@ -20,9 +20,9 @@ from tqdm import tqdm
 from . import __file__ as _pkg_file
 from .decoder_graph import build_decoder
 from .fp16 import convert_fp16
-from .hf_config import llama_config
 from .gguf_import import read_weights
 from .head_folders import TRAINED_EAGLE3, write_heads, write_target_matrices
+from .hf_config import llama_config
 from .int4 import quantize_int4
 from .onnx_folder import write_model_folder
 from .tokenizer_files import settings_from_gguf, tokenizer_json_from_gguf
