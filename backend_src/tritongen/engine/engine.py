@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from ..kv.codec import codec
+from ..kv.event_publisher import ZmqEventPublisher
 from ..kv.page_pool import PagePool
 from ..runtime.cpu_threads import pin_calling_thread
 from ..runtime.model_folder import locate
@@ -149,6 +150,11 @@ class Engine:
         self.masks = MaskComputer(self.vocab_size)
         self.runner = ModelRunner(self.decoder, self.kv, self.masks, self.vocab_size, self.stats,
                                   self.config.speculative_disable_by_batch_size)
+        try:  # bound last: nothing after it can fail and leave its sockets open
+            self.kv_events = ZmqEventPublisher(self.config.kv_events) if self.config.kv_events.enabled else None
+        except ValueError:
+            self.connector.close()
+            raise
         self._thread = threading.Thread(target=self._run, name="tritongen-engine", daemon=True)
         self._thread.start()
 
@@ -302,6 +308,9 @@ class Engine:
         self._thread.join(timeout=30)
         self.masks.close()
         self.connector.close()
+        if self.kv_events is not None:
+            self.kv_events.publish(self.kv.cache.take_events())
+            self.kv_events.close()
 
     # ---- engine thread ----------------------------------------------------
 
@@ -356,6 +365,8 @@ class Engine:
             self.stats.empty_steps += 1  # requests wait and nothing ran: admission is stuck
         for seq, outcome in self.runner.run(plan, sched.running):
             self._finish(seq, outcome)
+        if self.kv_events is not None:
+            self.kv_events.publish(self.kv.cache.take_events())
         self.stats.steps += 1
         self.on_step(self)
 

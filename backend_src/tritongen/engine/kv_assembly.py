@@ -20,8 +20,11 @@ def assemble_kv(config: EngineConfig, files: ModelFiles, decoder, pool: PagePool
                 max_len: int) -> tuple[KvManager, KvCacheConnector]:
     model_id = _connector_model_id(config, files)
     connector = open_connector(config.kv_connector, model_id)
-    return KvManager(pool, decoder, _connector_link(config, decoder, connector, model_id),
-                     _session_limits(config, max_len)), connector
+    link = _connector_link(config, decoder, connector, model_id)
+    kv = KvManager(pool, decoder, link, _session_limits(config, max_len))
+    if config.kv_events.enabled:
+        kv.cache.events = []  # the prefix cache records its page events from now on
+    return kv, connector
 
 
 def _session_limits(config: EngineConfig, max_len: int) -> SessionLimits:

@@ -15,6 +15,7 @@ from typing import ClassVar, Optional, Union
 
 from ..kv.codec import KV_DTYPES
 from ..kv.connector_config import KvConnectorConfig
+from ..kv.kv_events import KvEventsConfig
 from ..speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 
 TokenId = int
@@ -238,6 +239,8 @@ class EngineConfig:
     kv_cache_dtype: str = "f32"
     # External KV store for prompt chunks (onnx-genai-engine's KvConnectorConfig); the default, null, stores nothing.
     kv_connector: KvConnectorConfig = field(default_factory=KvConnectorConfig)
+    # Ours (vLLM's KVEventsConfig): the prefix cache's page events, for KV-aware routers; off by default.
+    kv_events: KvEventsConfig = field(default_factory=KvEventsConfig)
     # Requests allowed to wait for admission; beyond it, submit fails fast with "overloaded".
     max_queue_len: int = 256
     # Ours: which graph of an onnx-community hub folder (onnx/model_<variant>.onnx; "" for onnx/model.onnx).
@@ -282,6 +285,7 @@ class EngineConfig:
         if self.kv_cache_dtype not in KV_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_cache_dtype!r}")
         self.kv_connector.validate(self.page_size)
+        self.kv_events.validate()
         if self.max_queue_len <= 0:
             raise ValueError("max_queue_len must be greater than zero")
         for name in ("max_session_pages", "max_pinned_pages"):
