@@ -86,11 +86,13 @@ def decode_llmd(payload: bytes) -> list[tuple]:
 
 @dataclass
 class Listener:
-    """A SUB socket on the engine's endpoint; `received` holds (sequence, payload) in arrival order."""
+    """A SUB socket on the engine's endpoint, subscribed to topics starting with `topic`; `received` holds
+    (sequence, payload) in arrival order, `topics` the topics they came under."""
 
     endpoint: str
     topic: bytes = b""
     received: list[tuple[int, bytes]] = field(default_factory=list)
+    topics: set[bytes] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.context = zmq.Context()
@@ -109,7 +111,8 @@ class Listener:
                 topic, seq, payload = self.sub.recv_multipart()
             except zmq.Again:
                 continue
-            assert topic == self.topic
+            assert topic.startswith(self.topic)
+            self.topics.add(topic)
             self.received.append((int.from_bytes(seq, "big"), payload))
             last = time.monotonic()
         return self.received

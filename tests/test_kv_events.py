@@ -133,3 +133,17 @@ def test_events_are_off_by_default_and_bad_endpoints_are_refused(tiny_folder):
             Engine(tiny_folder, EngineConfig(kv_events=taken))
     finally:
         first.close()
+
+
+def test_the_generator_settings_turn_events_on_with_llm_ds_topic(tmp_path):
+    from tritongen.triton.generator_settings import parse_settings
+
+    assert not parse_settings({}, tmp_path).engine.kv_events.enabled
+    settings = parse_settings({"kv_events_endpoint": "tcp://127.0.0.1:5557", "target_model": "/models/smol"}, tmp_path)
+    events = settings.engine.kv_events
+    assert events.enabled and events.replay_endpoint == ""
+    assert events.topic.startswith("kv@") and events.topic.endswith("@smol") and events.topic.count("@") == 2
+    assert settings.vllm_metric_aliases
+    assert not parse_settings({"vllm_metric_aliases": "false"}, tmp_path).vllm_metric_aliases
+    with pytest.raises(ValueError, match="kv_events_replay_endpoint needs kv_events_endpoint"):
+        parse_settings({"kv_events_replay_endpoint": "tcp://127.0.0.1:5558"}, tmp_path)

@@ -259,11 +259,14 @@ class RecordingFamily:
     COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
     log: list[tuple[str, str, float]] = []
 
+    labels: dict[str, list[dict]] = {}  # family name -> the labels of each metric made of it
+
     def __init__(self, name, description, kind):
         self.name = name
 
     def Metric(self, labels, buckets=None):  # noqa: N802 - pb_utils' spelling
         name, log = self.name, self.log
+        self.labels.setdefault(name, []).append(labels)
         return types.SimpleNamespace(increment=lambda v: log.append((name, "increment", v)),
                                      set=lambda v: log.append((name, "set", v)),
                                      observe=lambda v: log.append((name, "observe", v)))
@@ -275,7 +278,8 @@ def test_the_final_response_does_not_wait_for_the_per_token_histogram(adapter, m
     monkeypatch.setattr(adapter.pb_utils, "MetricFamily", RecordingFamily)
     RecordingFamily.log = []
     sending, observing = PausedJobThread(), PausedJobThread()
-    metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, observing.put)
+    metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, observing.put,
+                                       {"block_size": "16"})
     stream, sender = stream_for(adapter, 8, sending)
     stream.metrics = metrics
     for token in range(50, 55):
@@ -297,7 +301,8 @@ def test_gauges_are_set_only_when_they_change(adapter, monkeypatch):
     monkeypatch.setattr(adapter.pb_utils, "MetricFamily", RecordingFamily)
     RecordingFamily.log = []
     sending = PausedJobThread()
-    metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, sending.put)
+    metrics = adapter.GeneratorMetrics({"model": "generator", "version": "1"}, sending.put, sending.put,
+                                       {"block_size": "16"})
     used = {"pages": 10}
     engine = types.SimpleNamespace(snapshot=lambda: EngineSnapshot(
         running=3, waiting=0, swapped=0, pages_used=used["pages"], pages_free=100 - used["pages"],
@@ -310,7 +315,28 @@ def test_gauges_are_set_only_when_they_change(adapter, monkeypatch):
         return {name.removeprefix("tritongen:"): v for name, call, v in RecordingFamily.log if call == "set"}
 
     assert published() == {"num_requests_running": 3, "num_requests_waiting": 0, "num_requests_swapped": 0,
-                           "kv_pages_used": 10, "kv_pages_free": 90}
+                           "kv_pages_used": 10, "kv_pages_free": 90, "kv_cache_usage_perc": 0.1,
+                           "vllm:num_requests_running": 3, "vllm:num_requests_waiting": 0,
+                           "vllm:kv_cache_usage_perc": 0.1, "vllm:gpu_cache_usage_perc": 0.1}
     assert published() == {}
     used["pages"] = 12
-    assert published() == {"kv_pages_used": 12, "kv_pages_free": 88}
+    assert published() == {"kv_pages_used": 12, "kv_pages_free": 88, "kv_cache_usage_perc": 0.12,
+                           "vllm:kv_cache_usage_perc": 0.12, "vllm:gpu_cache_usage_perc": 0.12}
+
+
+def test_router_aliases_and_the_cache_info_follow_the_setting(adapter, monkeypatch):
+    """llm-d and the Inference Extension scrape vLLM's names; an operator may turn those aliases off."""
+    monkeypatch.setattr(adapter.pb_utils, "MetricFamily", RecordingFamily)
+    for aliases in (True, False):
+        RecordingFamily.log, RecordingFamily.labels = [], {}
+        adapter.GeneratorMetrics({"model": "generator", "version": "1"}, print, print,
+                                 {"block_size": "16", "num_gpu_blocks": "1024"}, aliases)
+        info = {name for name, call, v in RecordingFamily.log if call == "set" and v == 1}
+        assert "tritongen:cache_config_info" in info
+        assert RecordingFamily.labels["tritongen:cache_config_info"][0]["block_size"] == "16"
+        vllm = sorted(n for n in RecordingFamily.labels if n.startswith("vllm:"))
+        assert vllm == (["vllm:cache_config_info", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
+                         "vllm:num_requests_running", "vllm:num_requests_waiting"] if aliases else [])
+        if aliases:
+            assert RecordingFamily.labels["vllm:num_requests_waiting"][0]["model_name"] == "generator"
+            assert "vllm:cache_config_info" in info

@@ -5,6 +5,7 @@ Unknown keys are errors so a typo does not silently fall back to a default.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import TypeVar
 from ..engine.options import EngineConfig, GenerateOptions, SchedulerConfig
 from ..kv.connector import CachePriority
 from ..kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig, LocalTieredConfig
+from ..kv.kv_events import KvEventsConfig
 from ..speculative.head_config import load_head_of
 from ..speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
 from .request_limits import RequestLimits
@@ -28,20 +30,22 @@ class GeneratorSettings:
     stream_interval: int = 1  # a streaming response holds at least this many new tokens (the last one fewer)
     limits: RequestLimits = RequestLimits()
     allow_high_priority: bool = False  # clients may ask for `high` (off: it is an error naming priority)
+    vllm_metric_aliases: bool = True  # also export the router-facing gauges under vLLM's `vllm:` names
 
 
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
              "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
              "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval",
              "speculative_disable_by_batch_size",
-             "max_session_pages", "max_pinned_pages", *RequestLimits.settings())
+             "max_session_pages", "max_pinned_pages", "kv_events_buffer_steps", *RequestLimits.settings())
 _FLOAT_KEYS = ("priority_aging_seconds", "session_idle_seconds")
-_BOOL_KEYS = ("pin_threads", "allow_high_priority")
+_BOOL_KEYS = ("pin_threads", "allow_high_priority", "vllm_metric_aliases")
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {
     "target_model", "scheduler_policy", "execution_providers", "speculative_mode", "mtp_kv_mode", "kv_cache_dtype",
     "kv_connector", "kv_connector_disk_path", "kv_connector_compression", "kv_connector_store_priority",
-    "kv_connector_model_id", "model_variant", "recompute_ms_per_token"}
+    "kv_connector_model_id", "model_variant", "recompute_ms_per_token", "kv_events_endpoint",
+    "kv_events_replay_endpoint", "kv_events_topic"}
 
 
 def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSettings:
@@ -80,18 +84,21 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
     )
     _attach_speculative_folders(engine, params, repository)
     engine.kv_connector = _connector(params, ints, repository)
+    target_model = params.get("target_model", "").strip() or "target_gqa"
+    engine.kv_events = _kv_events(params, ints, target_model)
     engine.validate()
     limits = RequestLimits(**{key: ints[key] for key in RequestLimits.settings() if key in ints})
     small = [key for key in RequestLimits.settings() if getattr(limits, key) < 1]
     if small:
         raise ValueError(f"generator parameter(s) must be at least 1: {', '.join(small)}")
     return GeneratorSettings(
-        target_model=params.get("target_model", "").strip() or "target_gqa",
+        target_model=target_model,
         engine=engine,
         defaults={"max_tokens": ints.get("default_max_tokens", GenerateOptions.max_new_tokens)},
         stream_interval=stream_interval,
         limits=limits,
         allow_high_priority=bools.get("allow_high_priority", False),
+        vllm_metric_aliases=bools.get("vllm_metric_aliases", True),
     )
 
 
@@ -160,3 +167,12 @@ def _connector(params: dict[str, str], ints: dict[str, int], repository: Path) -
         chunk_size=ints.get("kv_connector_chunk_size", DEFAULT_CHUNK_SIZE), store_priority=store_priority,
         recompute_ms_per_token=float(recompute) if recompute else None, local_tiered=tiers,
     )
+
+
+def _kv_events(params: dict[str, str], ints: dict[str, int], target_model: str) -> KvEventsConfig:
+    """kv_events_* settings; the topic defaults to llm-d's `kv@<pod>@<model>` (the host name is the pod's)."""
+    endpoint = params.get("kv_events_endpoint", "").strip()
+    topic = params.get("kv_events_topic", "").strip() or f"kv@{socket.gethostname()}@{Path(target_model).name}"
+    return KvEventsConfig(endpoint=endpoint, replay_endpoint=params.get("kv_events_replay_endpoint", "").strip(),
+                          topic=topic if endpoint else "",
+                          buffer_steps=ints.get("kv_events_buffer_steps", KvEventsConfig.buffer_steps))

@@ -7,6 +7,11 @@ counted and the gauges that followed its end. The time-per-output-token
 histogram takes one call per generated token (17 ms for a 512-token request
 here), so those run on a thread of their own: neither the request's final
 response nor the other streams' responses wait behind them.
+
+What KV-aware routers and autoscalers read (requests waiting and running, KV
+usage as a fraction, the block size) is also exported under vLLM's `vllm:`
+names, which llm-d's scheduler and the Gateway API Inference Extension scrape
+by default, unless the operator turns the aliases off.
 """
 
 from __future__ import annotations
@@ -31,11 +36,19 @@ class _Counter(Protocol):
     def increment(self, value: float) -> None: ...
 
 
+# Router-facing gauges and their vLLM names (kv_cache_usage_perc is vLLM's V1 name, gpu_cache_usage_perc its
+# earlier one, which older Inference Extension releases scrape).
+_VLLM_ALIASES = {"running": ("vllm:num_requests_running",), "waiting": ("vllm:num_requests_waiting",),
+                 "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")}
+
+
 class GeneratorMetrics:
     def __init__(self, labels: dict[str, str], run: Callable[[Callable[[], None]], None],
-                 run_per_token: Callable[[Callable[[], None]], None]):
+                 run_per_token: Callable[[Callable[[], None]], None], cache_info: dict[str, str],
+                 vllm_aliases: bool = True):
         """`run` queues a metric update on the thread that sends the responses (JobThread.put);
-        `run_per_token` the per-token observations on another (JobThread.put)."""
+        `run_per_token` the per-token observations on another (JobThread.put). `cache_info` labels the
+        cache_config_info metric (block_size, num_gpu_blocks, cache_dtype)."""
         def family(name, description, kind):
             return pb_utils.MetricFamily(name=name, description=description, kind=kind)
 
@@ -62,6 +75,9 @@ class GeneratorMetrics:
             "pages_used": family("tritongen:kv_pages_used", "KV pages referenced by requests or sessions.", gauge),
             "pages_free": family("tritongen:kv_pages_free", "KV pages free or holding reusable cached prefixes.",
                                  gauge),
+            "kv_usage": family("tritongen:kv_cache_usage_perc", "KV cache usage: pages used over all pages, 0 to 1.",
+                               gauge),
+            "cache_info": family("tritongen:cache_config_info", "KV cache configuration (labels; value 1).", gauge),
             "masks": family("tritongen:constraint_mask_seconds_total", "Time spent computing constraint masks.",
                             counter),
             "drafted": family("tritongen:spec_draft_tokens_total", "Speculative tokens proposed.", counter),
@@ -83,8 +99,13 @@ class GeneratorMetrics:
         self.tpot = f["tpot"].Metric(labels=labels, buckets=_TOKEN_BUCKETS)
         self.e2e = f["e2e"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
         self.queue_time = f["queue"].Metric(labels=labels, buckets=_LATENCY_BUCKETS)
-        self.gauges = {k: f[k].Metric(labels=labels)
-                       for k in ("running", "waiting", "swapped", "pages_used", "pages_free")}
+        self.gauges = {k: [f[k].Metric(labels=labels)]
+                       for k in ("running", "waiting", "swapped", "pages_used", "pages_free", "kv_usage")}
+        self._cache_info = [f["cache_info"].Metric(labels={**labels, **cache_info})]
+        if vllm_aliases:
+            self._alias_gauges(labels, cache_info)
+        for info in self._cache_info:
+            info.set(1)
         # Engine totals mirrored as counters: the drain thread adds what grew since the last snapshot.
         self.totals = {k: f[k].Metric(labels=labels) for k in ("masks", "drafted", "accepted", "verify")}
         self.totals["fetched_bytes"] = f["connector_bytes"].Metric(labels=labels)
@@ -92,11 +113,25 @@ class GeneratorMetrics:
                       "stored_chunks"):
             self.totals[event] = f["connector"].Metric(labels={**labels, "event": event})
         self._totals_seen = dict.fromkeys(self.totals, 0.0)
-        self._gauges_seen: dict[str, int] = {}
+        self._gauges_seen: dict[str, float] = {}
         self._labels = labels
         self._success: dict[str, _Counter] = {}
         self._run, self._run_per_token = run, run_per_token
         self._last_gauges = 0.0
+
+    def _alias_gauges(self, labels: dict[str, str], cache_info: dict[str, str]) -> None:
+        """The same gauges under vLLM's names, labelled with vLLM's model_name too."""
+        named = {**labels, "model_name": labels["model"]}
+        for key, names in _VLLM_ALIASES.items():
+            for name in names:
+                family = pb_utils.MetricFamily(name=name, description=f"Alias of tritongen's {key} gauge.",
+                                               kind=pb_utils.MetricFamily.GAUGE)
+                self._families[name] = family
+                self.gauges[key].append(family.Metric(labels=named))
+        family = pb_utils.MetricFamily(name="vllm:cache_config_info", description="KV cache configuration.",
+                                       kind=pb_utils.MetricFamily.GAUGE)
+        self._families["vllm:cache_config_info"] = family
+        self._cache_info.append(family.Metric(labels={**named, **cache_info}))
 
     def request_finished(self, result: GenerateResult) -> None:
         self._run(partial(self._observe, result))
@@ -111,7 +146,8 @@ class GeneratorMetrics:
             return
         self._last_gauges = now
         gauges = {"running": snap.running, "waiting": snap.waiting, "swapped": snap.swapped,
-                  "pages_used": snap.pages_used, "pages_free": snap.pages_free}
+                  "pages_used": snap.pages_used, "pages_free": snap.pages_free,
+                  "kv_usage": snap.pages_used / max(snap.pages_used + snap.pages_free, 1)}
         totals = {"masks": snap.mask_seconds, "drafted": snap.drafted_tokens, "accepted": snap.accepted_tokens,
                   "verify": snap.verify_calls, **snap.connector}
         self._run(partial(self._publish, gauges, totals))
@@ -120,7 +156,8 @@ class GeneratorMetrics:
         """Only what changed: each set is a round trip, and in a steady batch most gauges hold still."""
         for name, number in gauges.items():
             if self._gauges_seen.get(name) != number:
-                self.gauges[name].set(number)
+                for gauge in self.gauges[name]:
+                    gauge.set(number)
                 self._gauges_seen[name] = number
         for name, total in totals.items():
             if total > self._totals_seen[name]:

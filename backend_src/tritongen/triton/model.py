@@ -64,8 +64,12 @@ class TritonPythonModel:
         # What the engine thread queues during a step, handed to those threads as the step ends (on_step),
         # or as the engine thread stops (on_death, finalize).
         self.step_sends, self.step_observations = StepJobs(self.sending), StepJobs(self.observing)
+        engine_config = settings.engine
+        cache_info = {"block_size": str(engine_config.page_size), "num_gpu_blocks": str(engine_config.num_gpu_pages),
+                      "cache_dtype": engine_config.kv_cache_dtype}
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]},
-                                        self.step_sends.put, self.step_observations.put)
+                                        self.step_sends.put, self.step_observations.put, cache_info,
+                                        settings.vllm_metric_aliases)
         self._streams: set[RequestResponder] = set()  # accepted, final response not sent yet
         self._streams_lock = threading.Lock()
         self.engine.on_step = self._on_step
