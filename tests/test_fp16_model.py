@@ -4,6 +4,7 @@ tokens as the fp32 model on a tiny seeded decoder, and the paged store and prefi
 from __future__ import annotations
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
@@ -12,6 +13,7 @@ from tritongen.model_build.fp16 import convert_fp16
 from tritongen.model_build.hf_config import llama_config
 from tritongen.model_build.onnx_folder import write_model_folder
 from tritongen.model_build.tiny import tiny_settings, tiny_spec, tiny_tokenizer_json, tiny_weights
+from tritongen.runtime.repository import read_config
 
 PROMPT = "The capital of France is Paris. The quick brown fox jumps over the lazy dog. " * 3
 
@@ -36,3 +38,6 @@ def test_fp16_build_generates_the_fp32_tokens_with_fp16_kv(tiny_folder, tmp_path
     assert kv_dtype == np.float16 and outputs["fp32"][3] == np.float32
     assert tokens == outputs["fp32"][0]
     assert again == tokens and hit > 0
+    # Built for GPUs, its folder asks Triton's onnxruntime backend for one; the fp32 folder for a CPU.
+    kinds = {name: read_config(path).instance_group[0].kind for name, path in (("fp32", tiny_folder), ("fp16", folder))}
+    assert kinds == {"fp32": mc.ModelInstanceGroup.KIND_CPU, "fp16": mc.ModelInstanceGroup.KIND_GPU}
