@@ -95,4 +95,5 @@ def test_kv_usage_is_used_over_all_pages_under_load_and_vllm_names_mirror_it(eve
     assert value(samples, "vllm:num_requests_waiting") == idle["tritongen:num_requests_waiting"] == 0
     (labels, one), = samples["tritongen:cache_config_info"]
     assert one == 1 and 'block_size="16"' in labels and 'num_gpu_blocks="256"' in labels
+    assert 'kv_device="cpu"' in labels  # where the running batch's KV lives
     assert 'block_size="16"' in samples["vllm:cache_config_info"][0][0]

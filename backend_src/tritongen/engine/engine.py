@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Iterator
 from ..kv.codec import codec
 from ..kv.event_publisher import ZmqEventPublisher
 from ..kv.page_pool import PagePool
+from ..runtime.array_module import placement
 from ..runtime.cpu_threads import pin_calling_thread
 from ..runtime.model_folder import locate
 from ..runtime.open_decoder import open_slot_decoder
@@ -118,7 +119,9 @@ class Engine:
                              "would never fit; raise num_gpu_pages or lower max_model_len")
         self.decoder = open_slot_decoder(self.files, self.config.scheduler.max_num_seqs, self.max_len,
                                          self.config.intra_op_threads, self.config.execution_providers or None,
-                                         self.config.pin_threads, self.tokenizer.vocab_size)
+                                         self.config.pin_threads, self.tokenizer.vocab_size, self.config.allow_host_kv)
+        self.kv_device = self.decoder.arrays.device  # "cuda" or "cpu": where the running batch's KV lives
+        self.kv_line = f"{placement(self.decoder.arrays)}, onnxruntime on {self.decoder.providers[0]}"
         shape = self.decoder.shape
         self.vocab_size = shape.vocab_size
         values_per_token = shape.num_layers * 2 * shape.num_kv_heads * shape.head_dim

@@ -257,6 +257,9 @@ class EngineConfig:
     pin_threads: bool = True
     # onnxruntime execution providers in order of preference; empty: CUDA if available, else CPU.
     execution_providers: list[str] = field(default_factory=list)
+    # Ours: on CUDA without CuPy the slot KV could only be host memory, copied to the GPU and back every step;
+    # such an engine refuses to load unless this allows it (array_module.py).
+    allow_host_kv: bool = False
     # Speculative decoding: the default mode, K, and what each model-based mode needs.
     speculative_mode: SpeculativeMode = field(default_factory=SpeculativeMode)
     num_speculative_tokens: int = 4

@@ -23,7 +23,7 @@ class Speculation:
         runtime = (config.intra_op_threads, config.execution_providers or None, config.pin_threads)
         if config.draft_model is not None:
             draft = open_slot_decoder(locate(Path(config.draft_model)), config.scheduler.max_num_seqs, max_len,
-                                      *runtime)
+                                      *runtime, allow_host_kv=config.allow_host_kv)
             if draft.shape.vocab_size != vocab_size:
                 raise ValueError(f"draft model vocabulary {draft.shape.vocab_size} differs from the target's "
                                  f"{vocab_size}")

@@ -38,12 +38,33 @@ class ArrayModule:
 HOST = ArrayModule(np, "cpu")
 
 
-def array_module(providers: list[str]) -> ArrayModule:
-    """CUDA memory when onnxruntime runs on CUDA first and CuPy is there to own it; host memory otherwise."""
+class HostKvRefused(RuntimeError):
+    """onnxruntime runs on CUDA but the KV could only live in host memory, and the operator did not allow it."""
+
+
+def array_module(providers: list[str], allow_host_kv: bool = False) -> ArrayModule:
+    """CUDA memory when onnxruntime runs on CUDA first and CuPy is there to own it; host memory on CPU.
+
+    On CUDA without CuPy the buffers could only be host memory, which every step would copy to the GPU and
+    back: that is refused unless `allow_host_kv` (the generator setting of that name) says the operator wants it.
+    """
     if not providers or providers[0] != "CUDAExecutionProvider":
         return HOST
     try:
         import cupy  # only where onnxruntime runs on CUDA
     except ImportError:
-        return HOST
+        if allow_host_kv:
+            return HOST
+        raise HostKvRefused(
+            "onnxruntime runs on CUDAExecutionProvider but CuPy is not installed, so the KV buffers would be host "
+            "memory copied to the GPU and back at every step: install CuPy for this CUDA (cupy-cuda13x, as "
+            "docker/requirements.txt pins it), or set the generator parameter allow_host_kv to true to run so"
+        ) from None
     return ArrayModule(cupy, "cuda", cupy.cuda.Device().id)
+
+
+def placement(arrays: ArrayModule) -> str:
+    """Where the running batch's KV lives, for the load log."""
+    if arrays.device == "cuda":
+        return f"running-batch KV on cuda:{arrays.device_id} (CuPy)"
+    return "running-batch KV in host memory"

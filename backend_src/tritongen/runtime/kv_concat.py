@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .array_module import HOST
 from .decoder_runner import DecoderRunner, stack_kv
 
 
@@ -22,11 +23,14 @@ class ConcatSlotDecoder:
     decodes_all_rows = True
     # A prompt chunk re-lays one row: chunks run one call each.
     prefills_rows = False
+    # The batched past is fed as numpy arrays: host memory whatever the provider (the fallback layout).
+    arrays = HOST
 
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,
                  vocab_size: int | None = None):
         self.runner = DecoderRunner(model_path, intra_op_threads, providers, pin_threads, head_dim, vocab_size)
+        self.providers = self.runner.session.get_providers()
         self.shape, self.kv_dtype = self.runner.shape, self.runner.kv_dtype
         self.max_slots, self.max_len = max_slots, max_len
         s = self.shape

@@ -33,7 +33,7 @@ class SlotDecoder:
 
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, allow_host_kv: bool = False):
         options = session_options(intra_op_threads, pin_threads)
         self.session = open_session(model_path, options, providers or default_providers())
         sig = signature(self.session, Path(model_path), head_dim, vocab_size)
@@ -46,7 +46,8 @@ class SlotDecoder:
         self.mask_fed = "seqlens_k" not in sig.inputs  # onnxruntime-genai's graphs
         self.takes_positions = "position_ids" in sig.inputs
         self.max_slots, self.max_len = max_slots, max_len
-        self.arrays = array_module(self.session.get_providers())
+        self.providers = self.session.get_providers()
+        self.arrays = array_module(self.providers, allow_host_kv)
         dims = (max_slots, self.shape.num_kv_heads, max_len, self.shape.head_dim)
         self.keys = [self.arrays.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
         self.values = [self.arrays.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]

@@ -39,7 +39,7 @@ _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_toke
              "speculative_disable_by_batch_size",
              "max_session_pages", "max_pinned_pages", "kv_events_buffer_steps", *RequestLimits.settings())
 _FLOAT_KEYS = ("priority_aging_seconds", "session_idle_seconds")
-_BOOL_KEYS = ("pin_threads", "allow_high_priority", "vllm_metric_aliases")
+_BOOL_KEYS = ("pin_threads", "allow_high_priority", "vllm_metric_aliases", "allow_host_kv")
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {
     "target_model", "scheduler_policy", "execution_providers", "speculative_mode", "mtp_kv_mode", "kv_cache_dtype",
@@ -77,6 +77,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         intra_op_threads=ints.get("intra_op_threads", 0),
         pin_threads=bools.get("pin_threads", defaults.pin_threads),
         execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
+        allow_host_kv=bools.get("allow_host_kv", defaults.allow_host_kv),
         speculative_mode=SpeculativeMode(params.get("speculative_mode", "").strip() or "none"),
         num_speculative_tokens=ints.get("num_speculative_tokens", EngineConfig.num_speculative_tokens),
         speculative_disable_by_batch_size=ints.get("speculative_disable_by_batch_size",

@@ -48,7 +48,8 @@ class GeneratorMetrics:
                  vllm_aliases: bool = True):
         """`run` queues a metric update on the thread that sends the responses (JobThread.put);
         `run_per_token` the per-token observations on another (JobThread.put). `cache_info` labels the
-        cache_config_info metric (block_size, num_gpu_blocks, cache_dtype)."""
+        cache_config_info metric (block_size, num_gpu_blocks, cache_dtype, and kv_device: cuda or cpu, where the
+        running batch's KV lives)."""
         def family(name, description, kind):
             return pb_utils.MetricFamily(name=name, description=description, kind=kind)
 

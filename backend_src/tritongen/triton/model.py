@@ -66,7 +66,7 @@ class TritonPythonModel:
         self.step_sends, self.step_observations = StepJobs(self.sending), StepJobs(self.observing)
         engine_config = settings.engine
         cache_info = {"block_size": str(engine_config.page_size), "num_gpu_blocks": str(engine_config.num_gpu_pages),
-                      "cache_dtype": engine_config.kv_cache_dtype}
+                      "cache_dtype": engine_config.kv_cache_dtype, "kv_device": self.engine.kv_device}
         self.metrics = GeneratorMetrics({"model": args["model_name"], "version": args["model_version"]},
                                         self.step_sends.put, self.step_observations.put, cache_info,
                                         settings.vllm_metric_aliases)
@@ -79,8 +79,8 @@ class TritonPythonModel:
         warm = self.engine.generate(GenerateRequest("Hello", GenerateOptions(max_new_tokens=2)))
         self.logger.log_info(f"generator ready: tritongen at {PACKAGE_DIR}, target {target} "
                              f"({self.engine.files.layout} layout, "
-                             f"{type(self.engine.decoder).__name__}), {self.engine.memory_line}; warm-up produced "
-                             f"{len(warm.token_ids)} tokens")
+                             f"{type(self.engine.decoder).__name__}), {self.engine.kv_line}, "
+                             f"{self.engine.memory_line}; warm-up produced {len(warm.token_ids)} tokens")
 
     def execute(self, requests):
         for request in requests:
