@@ -9,19 +9,11 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
+from ..generator_errors import error_kind
+
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
           413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
-# The generator reports every error as a plain message (gRPC streaming carries
-# no status code). Its per-request validation errors are the client's fault and
-# go back as they are (they name the field, never a server detail); these
-# markers are the ones that are not.
-_OVERLOADED = ("overloaded:",)  # the generator's queue is full: retry shortly
-_UNAVAILABLE = (  # the engine or a response thread died, the model is not loaded, the stub is gone
-    "engine is not running", "thread stopped", "unknown model", "is not ready", "stub process",
-    "has no available versions",
-)
-_FAILED = ("generation failed", "failed to process the request", "internal error")
 RETRY_AFTER_SECONDS = 1
 
 
@@ -60,12 +52,12 @@ def unavailable(detail: str) -> OpenAIError:
 
 def from_generator(message: str) -> OpenAIError:
     """A generator error message -> 429 (overloaded), 503 (not serving), 500 (failed), else 400 (the request)."""
-    lowered = message.lower()
-    if any(marker in lowered for marker in _OVERLOADED):
+    kind = error_kind(message)
+    if kind == "overloaded":
         return OpenAIError(429, "the generator is overloaded; retry later", code="overloaded",
                            headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, detail=message)
-    if any(marker in lowered for marker in _UNAVAILABLE):
+    if kind == "unavailable":
         return unavailable(message)
-    if any(marker in lowered for marker in _FAILED):
+    if kind == "failed":
         return OpenAIError(500, "the generator failed to complete the request", detail=message)
     return OpenAIError(400, message)
