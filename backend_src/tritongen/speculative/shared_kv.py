@@ -31,6 +31,17 @@ class SharedKvProposer(Proposer):
                 if not 0 <= layer < len(target_slots.keys):
                     raise ValueError(f"shared-KV group '{group.name}' binds target layer {layer}, "
                                      f"but the target has {len(target_slots.keys)} layers")
+        self._check_kv_dtype(np.dtype(target_slots.kv_dtype))
+
+    def _check_kv_dtype(self, kv_dtype: np.dtype) -> None:
+        """The assistant reads the target's KV as it is (no cast per step): an fp16 target needs an fp16 assistant."""
+        wanted = {np.dtype(np.float32): "tensor(float)", np.dtype(np.float16): "tensor(float16)"}[kv_dtype]
+        takes = {i.name: i.type for i in self.session.get_inputs()}
+        for group in self.config.shared_kv:
+            got = takes.get(f"shared_kv.{group.name}.key")
+            if got != wanted:
+                raise ValueError(f"the shared-KV assistant takes group '{group.name}' KV as {got}, but the target "
+                                 f"keeps {kv_dtype} KV: use an assistant built for the target's KV dtype")
 
     def propose(self, seq, k: int):
         hidden = seq.hidden.get(self.config.target_hidden_output)
