@@ -1,8 +1,8 @@
 """deploy/kubernetes/, checked offline: every core object against Kubernetes' own schemas (kubernetes-validate,
-strict: an unknown field is an error), every custom resource against a schema (kubernetes_schemas.py) written from its
-published CRD's required fields and types, and the project's rules: probes on the generator's ready path, Triton's HTTP and
-gRPC on loopback and behind no Service, the worker beside Triton, the autoscaler on requests waiting, a bounded
-Redis, pinned images, locked-down pods."""
+strict: an unknown field is an error), every custom resource against a schema (kubernetes_schemas.py) written
+from its published CRD's required fields and types, and the project's rules: probes on the generator's ready path,
+Triton's HTTP and gRPC on loopback and behind no Service, the worker beside Triton, the autoscaler on requests
+waiting, a bounded Redis, pinned images, locked-down pods."""
 
 from __future__ import annotations
 
@@ -237,18 +237,22 @@ def test_the_readiness_command_fails_until_the_generator_is_ready():
 
 def test_triton_listens_on_loopback_but_for_metrics_with_the_operator_key(tmp_path):
     """docker/entrypoint.sh run with the pod's environment and arguments, a fake tritonserver printing what it
-    is given: HTTP and gRPC end on loopback, metrics on every interface, the control APIs keyed."""
+    is given: HTTP and gRPC end on loopback, metrics on every interface, the control APIs keyed; and no process
+    of its own beside Triton (a fake python3 records any), since the pod runs the OpenAI API in its own container."""
     _, triton = triton_container()
     key_env = env_of(triton)[OPERATOR_KEY_ENV]
     assert key_env["valueFrom"]["secretKeyRef"]["name"] and "value" not in key_env  # from a Secret, never inline
-    fake = tmp_path / "bin" / "tritonserver"
-    fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
-    fake.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fakes = {"tritonserver": 'printf "%s\\n" "$@"', "python3": f'echo "$@" >> {tmp_path}/python3'}
+    for program, script in fakes.items():
+        (bin_dir / program).write_text(f"#!/bin/sh\n{script}\n")
+        (bin_dir / program).chmod(0o755)
     env = {name: e["value"] for name, e in env_of(triton).items() if "value" in e}
-    env.update({"PATH": os.pathsep.join([str(fake.parent), os.environ["PATH"]]), OPERATOR_KEY_ENV: "k3y"})
+    env.update({"PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]]), OPERATOR_KEY_ENV: "k3y"})
     args = subprocess.run([str(ROOT / "docker" / "entrypoint.sh"), *triton["args"]], env=env, capture_output=True,
                           text=True, check=True).stdout.splitlines()
+    assert not (tmp_path / "python3").exists(), (tmp_path / "python3").read_text()
     assert flag(args, "http-address") == flag(args, "grpc-address") == "127.0.0.1"
     assert flag(args, "metrics-address") == "0.0.0.0"
     assert flag(args, "model-repository") == env["MODEL_REPOSITORY"]  # the prepared repository, as it is
@@ -456,9 +460,11 @@ def _prepare(tmp_path: Path, model: Path, parameters: dict) -> subprocess.Comple
     data = named("ConfigMap", "tritongen-generator")["data"]
     (tmp_path / "prepare_repository.py").write_text(data["prepare_repository.py"])
     (tmp_path / "parameters.json").write_text(json.dumps(parameters))
+    heads = {"DRAFT_MODEL", "MTP_HEAD", "EAGLE3_HEAD", "SHARED_KV_HEAD"}  # none here: the tiny model has no heads
+    env = {**{k: v for k, v in os.environ.items() if k not in heads}, "TMPDIR": str(tmp_path)}
     return subprocess.run([sys.executable, str(tmp_path / "prepare_repository.py"), str(model),
                            str(tmp_path / "parameters.json"), str(tmp_path / "repository")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def _generator_knows(key: str, value: str, tmp_path: Path) -> bool:
