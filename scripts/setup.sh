@@ -19,6 +19,8 @@ apt_install() {
 
 # perf_analyzer (from tritonclient[all]) links libb64.so.0d.
 have_lib libb64.so.0d || apt_install libb64-0d
+# The redis KV connector's tests start their own redis-server.
+command -v redis-server >/dev/null || apt_install redis-server
 
 # The Triton python-backend stub embeds this interpreter's libpython.
 pyver=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')

@@ -246,3 +246,58 @@ def test_two_processes_share_one_disk_path(tiny_folder, tmp_path):
     live.write_bytes(b"partial")
     engine(tiny_folder, disk=disk).close()
     assert not dead.exists() and live.exists()
+
+
+def test_every_full_page_reaches_the_disk_tier_in_the_page_dtype(tiny_folder, tmp_path):
+    from tritongen.kv.chunk_bytes import chunk_nbytes
+    from tritongen.kv.codec import codec
+
+    def f16_engine(dtype: str = "f16") -> Engine:
+        connector = KvConnectorConfig("local_tiered", recompute_ms_per_token=REAL_MODEL_RECOMPUTE_MS,
+                                      local_tiered=LocalTieredConfig(disk_path=tmp_path))  # 256-token chunks
+        return Engine(tiny_folder, EngineConfig(page_size=16, max_model_len=512, kv_cache_dtype=dtype,
+                                                kv_connector=connector))
+
+    ids = [3 + k * 7 % 300 for k in range(448)]
+    first = f16_engine()
+    try:
+        first.generate(greedy(ids))
+        first.connector.flush()
+        reused = first.generate(greedy(ids))  # the prefix from its own f16 page store
+    finally:
+        first.close()
+    headers = sorted((json.loads(p.read_bytes().split(b"\n")[1]) for p in chunk_files(tmp_path)),
+                     key=lambda h: h["chunk_index"])
+    assert [(h["num_tokens"], h["dtype"]) for h in headers] == [(256, "f16"), (192, "f16")]  # all 28 pages
+    assert all(h["payload_bytes"] == chunk_nbytes(codec("f16"), h["shape"]) for h in headers)
+    restarted = f16_engine()
+    try:
+        out = restarted.generate(greedy(ids))
+        assert restarted.kv.connector_stats["hit_disk"] == 2 and out.prefix_cache_hit_len == 448 - 16
+        assert out.token_ids == reused.token_ids
+    finally:
+        restarted.close()
+    other_dtype = f16_engine("int8")  # files in another dtype are stale: deleted, not served
+    try:
+        assert other_dtype.connector.stats["stale_dropped"] == 2 and not chunk_files(tmp_path)
+    finally:
+        other_dtype.close()
+
+
+def test_a_file_of_the_previous_format_is_deleted_never_served(tiny_folder, tmp_path):
+    from tritongen.kv.local_tiered import MAGIC
+
+    e = engine(tiny_folder, disk=tmp_path, recompute=REAL_MODEL_RECOMPUTE_MS)
+    try:
+        e.generate(greedy(text(1)))
+        e.connector.flush()
+    finally:
+        e.close()
+    files = chunk_files(tmp_path)
+    for path in files:  # as the f32-only format wrote them: another magic line, no dtype in the header
+        path.write_bytes(b"TRITONGEN-KV-2\n" + path.read_bytes()[len(MAGIC):])
+    restarted = engine(tiny_folder, disk=tmp_path, recompute=REAL_MODEL_RECOMPUTE_MS)
+    try:
+        assert restarted.connector.stats["corrupt_dropped"] == len(files) and not any(p.exists() for p in files)
+    finally:
+        restarted.close()

@@ -19,7 +19,7 @@ from .options import EngineConfig
 def assemble_kv(config: EngineConfig, files: ModelFiles, decoder, pool: PagePool,
                 max_len: int) -> tuple[KvManager, KvCacheConnector]:
     model_id = _connector_model_id(config, files)
-    connector = open_connector(config.kv_connector, model_id)
+    connector = open_connector(config.kv_connector, model_id, config.kv_cache_dtype)
     link = _connector_link(config, decoder, connector, model_id)
     kv = KvManager(pool, decoder, link, _session_limits(config, max_len))
     if config.kv_events.enabled:

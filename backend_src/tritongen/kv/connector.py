@@ -1,6 +1,6 @@
 """The KV connector protocol of onnx-genai-engine (its KvCacheConnector), and its Null backend.
 
-A connector stores complete prompt chunks outside the page pool and gives
+A connector stores prompt chunks outside the page pool and gives
 them back later. Keys carry a rolling cumulative hash, so equal keys mean
 identical prefixes, not just identical chunks. Each location reports an
 estimated load time so the engine fetches only what is cheaper than
@@ -39,19 +39,24 @@ class KvCacheKey:
         return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def chunk_keys(model_id: str, num_layers: int, tokens: list[int], chunk_size: int) -> list[KvCacheKey]:
-    """Keys of every complete chunk of `tokens`, each hash chained to the previous one."""
+def chunk_keys(model_id: str, num_layers: int, tokens: list[int], chunk_size: int,
+               page_size: int | None = None) -> list[KvCacheKey]:
+    """Keys of every complete chunk of `tokens`, each hash chained to the previous one. With `page_size`, the
+    whole pages after the last complete chunk get a key too, a shorter chunk keyed by its own token count, so
+    every full page of a prompt reaches the connector."""
+    granule = page_size or chunk_size
+    end = len(tokens) // granule * granule
     keys, rolling = [], hashlib.sha256(model_id.encode()).hexdigest()
-    for index in range(len(tokens) // chunk_size):
-        chunk = np.asarray(tokens[index * chunk_size:(index + 1) * chunk_size], dtype="<i8")
+    for index, start in enumerate(range(0, end, chunk_size)):
+        chunk = np.asarray(tokens[start:min(start + chunk_size, end)], dtype="<i8")
         rolling = hashlib.sha256(rolling.encode() + chunk.tobytes()).hexdigest()
-        keys.append(KvCacheKey(model_id, (0, num_layers), rolling, index, chunk_size))
+        keys.append(KvCacheKey(model_id, (0, num_layers), rolling, index, len(chunk)))
     return keys
 
 
 @dataclass(frozen=True)
 class KvCacheLocation:
-    tier: str  # "cpu", "disk" or "not_found"
+    tier: str  # "cpu", "disk", "redis" or "not_found"
     estimated_load_ms: float = 0.0
     size_bytes: int = 0
 

@@ -5,12 +5,15 @@ With a disk tier, every stored chunk is also written to disk (write-through),
 so a restart finds all of them. Eviction drops the lowest store priority
 first, least recently used within it; pinned chunks stay.
 
-A disk file is the magic line, a JSON header, the header's SHA-256 and the
-payload, whose SHA-256 and size the header holds. At start-up each header
-is checked (checksum, every field's type and range, the key it hashes to
-against the file name) and a bad file is deleted, as are the files an
-earlier build of the same model left (keys carry a digest of the model's
-files) and temporary files of processes that are gone; a payload is checked
+Both tiers hold chunks in the page dtype (chunk_bytes.py). A disk file is
+the magic line, a JSON header, the header's SHA-256 and the payload, whose
+dtype, SHA-256 and size the header holds. At start-up each header is
+checked (checksum, every field's type and range, the key it hashes to
+against the file name) and a bad file is deleted, as are files of the
+previous format (no dtype: their magic line differs), files in another
+dtype, the files an earlier build of the same model left (keys carry a
+digest of the model's files) and temporary files of processes that are
+gone; a payload is checked
 on fetch, and a bad one is deleted and reported missing, so the engine
 recomputes. Files are readable by their owner only, and each writer
 process uses temporary names of its own, so two servers may share a path.
@@ -32,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .chunk_bytes import chunk_nbytes, decode_chunk, encode_chunk
+from .codec import KV_DTYPES, KvCodec, codec
 from .connector import (
     NOT_FOUND,
     CachePriority,
@@ -44,10 +49,11 @@ from .connector import (
 )
 from .connector_config import COMPRESSIONS, LocalTieredConfig
 
-MAGIC = b"TRITONGEN-KV-2\n"
+MAGIC = b"TRITONGEN-KV-3\n"
 _MAX_HEADER_BYTES = 4096
 _HEADER_FIELDS = {"model_id": str, "layer_range": list, "chunk_hash": str, "chunk_index": int, "num_tokens": int,
-                  "shape": list, "compression": str, "priority": str, "payload_bytes": int, "sha256": str}
+                  "shape": list, "dtype": str, "compression": str, "priority": str, "payload_bytes": int,
+                  "sha256": str}
 
 
 class CorruptChunk(ValueError):
@@ -76,19 +82,18 @@ def _read_header(f, digest: str) -> dict:
     if len(shape) != 5 or any(not isinstance(n, int) or n <= 0 for n in shape) or shape[1] != 2 \
             or len(layers) != 2 or any(not isinstance(n, int) for n in layers) or shape[0] != layers[1] - layers[0] \
             or header["num_tokens"] != shape[3] or header["chunk_index"] < 0 or len(header["sha256"]) != 64 \
-            or header["compression"] not in COMPRESSIONS or header["priority"] not in CachePriority.__members__ \
-            or not 0 < header["payload_bytes"] <= _raw_bytes(shape) + 1024 \
-            or (header["compression"] == "none" and header["payload_bytes"] != _raw_bytes(shape)):
+            or header["dtype"] not in KV_DTYPES or header["compression"] not in COMPRESSIONS \
+            or header["priority"] not in CachePriority.__members__:
         raise CorruptChunk("header values out of range")
+    size = chunk_nbytes(codec(header["dtype"]), shape)
+    if not 0 < header["payload_bytes"] <= size + 1024 \
+            or (header["compression"] == "none" and header["payload_bytes"] != size):
+        raise CorruptChunk("payload size out of range")
     key = KvCacheKey(header["model_id"], tuple(layers), header["chunk_hash"], header["chunk_index"],
                      header["num_tokens"])
     if key.digest != digest:
         raise CorruptChunk("header does not match the file name")
     return header
-
-
-def _raw_bytes(shape: list[int]) -> int:
-    return 4 * int(np.prod(shape))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -161,10 +166,11 @@ class _DiskTier(_Tier):
 
 
 class LocalTieredConnector(KvCacheConnector):
-    def __init__(self, config: LocalTieredConfig, model_id: str = ""):
+    def __init__(self, config: LocalTieredConfig, model_id: str = "", kv_dtype: str = "f32"):
         config.validate()
         self.config = config
         self.model_id = model_id
+        self.codec: KvCodec = codec(kv_dtype)
         self.cpu = _Tier(config.cpu_max_bytes)
         self.disk = _DiskTier(config.disk_max_bytes, Path(config.disk_path)) if config.disk_path else None
         self._lock = threading.Lock()
@@ -208,7 +214,7 @@ class LocalTieredConnector(KvCacheConnector):
         try:
             payload = self._cpu_payload(entry) if tier == "cpu" else self._read_payload(entry)
             kv = self._decode(entry.header, payload)
-        except (OSError, CorruptChunk, zlib.error) as exc:  # never fatal: the engine recomputes this chunk
+        except (OSError, ValueError, zlib.error) as exc:  # never fatal: the engine recomputes this chunk
             self._drop(key.digest, source, exc)
             return None
         elapsed = time.perf_counter() - start
@@ -271,13 +277,12 @@ class LocalTieredConnector(KvCacheConnector):
                 self._queue.task_done()
 
     def _store_now(self, entry: KvStoreEntry) -> None:
-        kv = np.ascontiguousarray(entry.kv, dtype="<f4")
-        raw = kv.tobytes()
+        raw = encode_chunk(self.codec, entry.kv)
         payload = zlib.compress(raw, 1) if self.config.compression == "zlib" else raw
         key = entry.key
         header = {"model_id": key.model_id, "layer_range": list(key.layer_range), "chunk_hash": key.chunk_hash,
-                  "chunk_index": key.chunk_index, "num_tokens": key.num_tokens, "shape": list(kv.shape),
-                  "compression": self.config.compression, "priority": entry.priority.name,
+                  "chunk_index": key.chunk_index, "num_tokens": key.num_tokens, "shape": list(entry.kv.shape),
+                  "dtype": self.codec.name, "compression": self.config.compression, "priority": entry.priority.name,
                   "payload_bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
         with self._lock:  # CPU evictions need no write-back: with a disk tier, every chunk is written there too
             self.cpu.add(key.digest, _Entry(len(payload), entry.priority, header, payload))
@@ -319,7 +324,7 @@ class LocalTieredConnector(KvCacheConnector):
                 self.stats["corrupt_dropped"] += 1
                 continue
             file_name, _, file_weights = header["model_id"].rpartition("@")
-            if name and file_name == name and file_weights != weights:
+            if (name and file_name == name and file_weights != weights) or header["dtype"] != self.codec.name:
                 path.unlink(missing_ok=True)
                 self.stats["stale_dropped"] += 1
                 continue
@@ -349,13 +354,12 @@ class LocalTieredConnector(KvCacheConnector):
             entry.path.unlink(missing_ok=True)
         self.stats["corrupt_dropped"] += 1
 
-    @staticmethod
-    def _decode(header: dict, payload: bytes) -> np.ndarray:
-        size = _raw_bytes(header["shape"])
+    def _decode(self, header: dict, payload: bytes) -> np.ndarray:
+        size = chunk_nbytes(self.codec, header["shape"])
         raw = zlib.decompressobj().decompress(payload, size + 1) if header["compression"] == "zlib" else payload
-        if len(raw) != size:  # bounded decompression: a bomb stops at one byte over
-            raise CorruptChunk("payload does not hold the header's shape")
-        return np.frombuffer(raw, dtype="<f4").reshape(header["shape"]).astype(np.float32)
+        if len(raw) != size or header["dtype"] != self.codec.name:  # bounded decompression: stops one byte over
+            raise CorruptChunk("payload does not hold the header's shape in this dtype")
+        return decode_chunk(self.codec, header["shape"], raw)
 
     def _set_pinned(self, key: KvCacheKey, pinned: bool) -> None:
         with self._lock:

@@ -46,7 +46,11 @@ class ConnectorLink:
     chunk_size: int
     store_priority: CachePriority
     recompute_ms_per_token: float
-    chunk_shape: tuple[int, ...]  # [layers, 2, kv_heads, chunk_size, head_dim]: a fetched chunk must have it
+    chunk_shape: tuple[int, ...]  # [layers, 2, kv_heads, chunk_size, head_dim]
+
+    def shape_of(self, key: KvCacheKey) -> tuple[int, ...]:
+        """The shape a fetched chunk must have (a prompt's last chunk may be shorter)."""
+        return (*self.chunk_shape[:3], key.num_tokens, self.chunk_shape[4])
 
 
 class KvManager:
@@ -58,8 +62,10 @@ class KvManager:
         self.slots = slots
         self.link = link
         self.sessions: OrderedDict[str, SessionPin] = OrderedDict()
-        self.connector_stats = {"hit_cpu": 0, "hit_disk": 0, "miss": 0, "fetched_bytes": 0,
-                                "decided_fetch": 0, "decided_recompute": 0, "fetch_failed": 0, "stored_chunks": 0}
+        # unavailable: a lookup missed because the connector is not healthy (a remote store down, backing off).
+        self.connector_stats = {"hit_cpu": 0, "hit_disk": 0, "hit_redis": 0, "miss": 0, "unavailable": 0,
+                                "fetched_bytes": 0, "decided_fetch": 0, "decided_recompute": 0, "fetch_failed": 0,
+                                "stored_chunks": 0}
 
     @property
     def page_size(self) -> int:
@@ -140,51 +146,63 @@ class KvManager:
             seq.prefix_hit_len = reused
         return True
 
-    @staticmethod
-    def _keys(seq: PagedSequence, link: ConnectorLink) -> list[KvCacheKey]:
+    def _keys(self, seq: PagedSequence, link: ConnectorLink) -> list[KvCacheKey]:
+        """Keys of the prompt's complete chunks and of the whole pages after them."""
         if seq.chunk_keys is None:
-            seq.chunk_keys = chunk_keys(link.model_id, link.num_layers, seq.prompt_ids, link.chunk_size)
+            seq.chunk_keys = chunk_keys(link.model_id, link.num_layers, seq.prompt_ids, link.chunk_size,
+                                        self.page_size)
         return seq.chunk_keys
 
+    @staticmethod
+    def _start(key: KvCacheKey, link: ConnectorLink) -> int:
+        return key.chunk_index * link.chunk_size
+
     def _fetch_from_connector(self, seq: PagedSequence, slot: int, reused: int) -> int:
-        """Extend the in-process hit with chunks the connector holds, while fetching beats recomputing."""
+        """Extend the in-process hit with chunks the connector holds, while fetching beats recomputing.
+
+        Whole pages only, and at least one prompt token left to compute (for its logits): a chunk that runs
+        past that is fetched and only its leading pages used, so a repeated prompt reuses all but one page.
+        """
         if self.link is None:
             return reused
         link, stats = self.link, self.connector_stats
-        limit = seq.prefill_target - 1
-        keys = [k for k in self._keys(seq, link) if (k.chunk_index + 1) * link.chunk_size <= limit]
-        for key in keys[reused // link.chunk_size:]:
-            location = link.connector.lookup(key)
+        limit = (seq.prefill_target - 1) // self.page_size * self.page_size
+        keys = [k for k in self._keys(seq, link)[reused // link.chunk_size:]
+                if self._start(k, link) < limit and min(self._start(k, link) + k.num_tokens, limit) > reused]
+        for key, location in zip(keys, link.connector.lookup_batch(keys)):
             if not location.found:
-                stats["miss"] += 1
+                stats["miss" if link.connector.health() else "unavailable"] += 1
                 break
             if location.estimated_load_ms >= link.recompute_ms_per_token * key.num_tokens:
                 stats["decided_recompute"] += 1
                 break
             fetched = link.connector.fetch(key)
-            if fetched is None or fetched.kv.shape != link.chunk_shape:  # vanished, corrupt: recompute from here
+            if fetched is None or fetched.kv.shape != link.shape_of(key):  # vanished, corrupt: recompute from here
                 stats["fetch_failed"] += 1
                 break
             stats["decided_fetch"] += 1
             stats[f"hit_{fetched.tier}"] += 1
             stats["fetched_bytes"] += fetched.kv.nbytes
-            self.slots.write(slot, key.chunk_index * link.chunk_size, fetched.kv)
-            reused = (key.chunk_index + 1) * link.chunk_size
+            start = self._start(key, link)
+            reused = min(start + key.num_tokens, limit)
+            self.slots.write(slot, start, fetched.kv[:, :, :, :reused - start])
             seq.chunks_stored = max(seq.chunks_stored, key.chunk_index + 1)  # already held by the connector
         return reused
 
     def _store_prompt_chunks(self, seq: PagedSequence, link: ConnectorLink, slot: int) -> None:
-        """Offer each complete prompt chunk to the connector once (the store itself runs in the background)."""
-        done = min(seq.num_computed, len(seq.prompt_ids)) // link.chunk_size
-        keys = self._keys(seq, link)
-        while seq.chunks_stored < done:
-            key = keys[seq.chunks_stored]
-            if not link.connector.lookup(key).found:
-                start = key.chunk_index * link.chunk_size
-                kv = self.slots.read(slot, start, start + link.chunk_size)
+        """Offer each prompt chunk whose tokens are all computed to the connector once, asking what it holds in
+        one batch (the store itself runs in the background; an unhealthy connector is not offered any)."""
+        computed = min(seq.num_computed, len(seq.prompt_ids))
+        keys = self._keys(seq, link)[seq.chunks_stored:]
+        ready = [k for k in keys if self._start(k, link) + k.num_tokens <= computed]
+        offered = ready if ready and link.connector.health() else []
+        for key, location in zip(offered, link.connector.lookup_batch(offered)):
+            if not location.found:
+                start = self._start(key, link)
+                kv = self.slots.read(slot, start, start + key.num_tokens)
                 link.connector.store(KvStoreEntry(key, kv, link.store_priority))
                 self.connector_stats["stored_chunks"] += 1
-            seq.chunks_stored += 1
+        seq.chunks_stored += len(ready)
 
     def reserve(self, seq: PagedSequence, num_tokens: int) -> bool:
         """Make the page table cover `num_tokens`, evicting session pins if it must; False if the pool runs dry

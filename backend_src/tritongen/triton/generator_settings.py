@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from ..engine.options import EngineConfig, GenerateOptions, SchedulerConfig
 from ..kv.connector import CachePriority
-from ..kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig, LocalTieredConfig
+from ..kv.connector_config import DEFAULT_CHUNK_SIZE, KvConnectorConfig, LocalTieredConfig, RedisTierConfig
 from ..kv.kv_events import KvEventsConfig
 from ..speculative.head_config import load_head_of
 from ..speculative.modes import Eagle3Config, MtpConfig, SharedKvProposerConfig, SpeculativeMode
@@ -36,7 +36,8 @@ class GeneratorSettings:
 _INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
              "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
              "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval",
-             "speculative_disable_by_batch_size",
+             "speculative_disable_by_batch_size", "kv_connector_redis_ttl_seconds", "kv_connector_redis_max_bytes",
+             "kv_connector_redis_timeout_ms",
              "max_session_pages", "max_pinned_pages", "kv_events_buffer_steps", *RequestLimits.settings())
 _FLOAT_KEYS = ("priority_aging_seconds", "session_idle_seconds")
 _BOOL_KEYS = ("pin_threads", "allow_high_priority", "vllm_metric_aliases", "allow_host_kv")
@@ -44,7 +45,7 @@ _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 _KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {
     "target_model", "scheduler_policy", "execution_providers", "speculative_mode", "mtp_kv_mode", "kv_cache_dtype",
     "kv_connector", "kv_connector_disk_path", "kv_connector_compression", "kv_connector_store_priority",
-    "kv_connector_model_id", "model_variant", "recompute_ms_per_token", "kv_events_endpoint",
+    "kv_connector_model_id", "kv_connector_redis_url", "model_variant", "recompute_ms_per_token", "kv_events_endpoint",
     "kv_events_replay_endpoint", "kv_events_topic"}
 
 
@@ -146,8 +147,8 @@ def _attach_speculative_folders(engine: EngineConfig, params: dict[str, str], re
 
 
 def _connector(params: dict[str, str], ints: dict[str, int], repository: Path) -> KvConnectorConfig:
-    """kv_connector (null | local_tiered) and its kv_connector_* settings; a relative disk path is under the
-    repository."""
+    """kv_connector (null | local_tiered | redis) and its kv_connector_* settings; a relative disk path is under
+    the repository."""
     get = lambda key: params.get(key, "").strip()  # noqa: E731
     disk = get("kv_connector_disk_path")
     recompute = get("recompute_ms_per_token")
@@ -163,10 +164,16 @@ def _connector(params: dict[str, str], ints: dict[str, int], repository: Path) -
         disk_max_bytes=ints.get("kv_connector_disk_bytes", LocalTieredConfig.disk_max_bytes),
         compression=get("kv_connector_compression") or "none",
     )
+    shared = RedisTierConfig(
+        url=get("kv_connector_redis_url") or RedisTierConfig.url,
+        ttl_seconds=ints.get("kv_connector_redis_ttl_seconds", RedisTierConfig.ttl_seconds),
+        max_bytes=ints.get("kv_connector_redis_max_bytes", RedisTierConfig.max_bytes),
+        timeout_ms=ints.get("kv_connector_redis_timeout_ms", RedisTierConfig.timeout_ms),
+    )
     return KvConnectorConfig(
         backend=get("kv_connector") or "null", model_id=get("kv_connector_model_id") or None,
         chunk_size=ints.get("kv_connector_chunk_size", DEFAULT_CHUNK_SIZE), store_priority=store_priority,
-        recompute_ms_per_token=float(recompute) if recompute else None, local_tiered=tiers,
+        recompute_ms_per_token=float(recompute) if recompute else None, local_tiered=tiers, redis=shared,
     )
 
 

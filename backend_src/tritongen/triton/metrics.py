@@ -87,8 +87,8 @@ class GeneratorMetrics:
             "verify": family("tritongen:spec_verify_steps_total", "Verification calls (mean accepted length = "
                              "accepted / verify steps).", counter),
             "connector": family("tritongen:kv_connector_events_total", "KV connector lookups and decisions by "
-                                "event (hit_cpu, hit_disk, miss, decided_fetch, decided_recompute, fetch_failed, "
-                                "stored_chunks).", counter),
+                                "event (hit_cpu, hit_disk, hit_redis, miss, unavailable, decided_fetch, "
+                                "decided_recompute, fetch_failed, stored_chunks).", counter),
             "connector_bytes": family("tritongen:kv_connector_fetched_bytes_total", "Bytes fetched from the "
                                       "KV connector.", counter),
         }
@@ -110,8 +110,8 @@ class GeneratorMetrics:
         # Engine totals mirrored as counters: the drain thread adds what grew since the last snapshot.
         self.totals = {k: f[k].Metric(labels=labels) for k in ("masks", "drafted", "accepted", "verify")}
         self.totals["fetched_bytes"] = f["connector_bytes"].Metric(labels=labels)
-        for event in ("hit_cpu", "hit_disk", "miss", "decided_fetch", "decided_recompute", "fetch_failed",
-                      "stored_chunks"):
+        for event in ("hit_cpu", "hit_disk", "hit_redis", "miss", "unavailable", "decided_fetch", "decided_recompute",
+                      "fetch_failed", "stored_chunks"):
             self.totals[event] = f["connector"].Metric(labels={**labels, "event": event})
         self._totals_seen = dict.fromkeys(self.totals, 0.0)
         self._gauges_seen: dict[str, float] = {}

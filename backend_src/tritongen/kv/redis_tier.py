@@ -1,0 +1,177 @@
+"""The redis connector: prompt chunks in a Redis that replicas of one model share.
+
+A chunk is stored in the page dtype under a name made of the dtype, the model id (with its weights digest)
+and the key's digest, so replicas of one build share it and nothing else can read it; each value is a
+checked record (redis_record.py) with a TTL, written only if absent. Redis must never cost more than a
+prefill: socket operations time out after `timeout_ms`, no call is retried, and after a failure the
+connector does not touch the network until a backoff passes (lookups miss, fetches return nothing, stores
+are dropped and counted). Stores run on a thread of their own; the engine thread only looks up (one
+pipelined round trip for a whole prompt) and fetches.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .backoff import Backoff
+from .chunk_bytes import decode_chunk, encode_chunk
+from .codec import codec
+from .connector import (
+    NOT_FOUND,
+    ConnectorCapabilities,
+    FetchedKv,
+    KvCacheConnector,
+    KvCacheKey,
+    KvCacheLocation,
+    KvStoreEntry,
+)
+from .connector_config import RedisTierConfig
+from .redis_record import CorruptRecord, pack_record, record_header, unpack_record
+
+T = TypeVar("T")
+_STORE_QUEUE = 32  # chunks waiting to be written; beyond it a store is dropped, never waited for
+
+
+class RedisTierConnector(KvCacheConnector):
+    def __init__(self, config: RedisTierConfig, model_id: str = "", kv_dtype: str = "f32"):
+        config.validate()
+        self.config, self.model_id, self.codec = config, model_id, codec(kv_dtype)
+        timeout = config.timeout_ms / 1000
+        self.client = redis.Redis.from_url(config.url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                           retry=Retry(NoBackoff(), 0), health_check_interval=0)
+        self.backoff = Backoff()
+        # Running estimates, refined by each fetch: bytes per second and the fixed cost of one round trip.
+        self.bandwidth, self.round_trip_s = 1e9, 5e-4
+        self.stats = {"stored": 0, "store_dropped": 0, "too_large": 0, "bytes_stored": 0, "corrupt_dropped": 0,
+                      "errors": 0, "skipped": 0}
+        self._queue: queue.Queue = queue.Queue(maxsize=_STORE_QUEUE)
+        self._writer = threading.Thread(target=self._drain, name="tritongen-kv-redis-store", daemon=True)
+        self._writer.start()
+
+    def name(self, key: KvCacheKey) -> str:
+        """The Redis key of a chunk: dtype and model in clear (for an operator's SCAN), the full key's digest."""
+        return f"tritongen:kv:{self.codec.name}:{key.model_id}:{key.digest}"
+
+    # ---- protocol ---------------------------------------------------------
+
+    def lookup(self, key: KvCacheKey) -> KvCacheLocation:
+        return self.lookup_batch([key])[0]
+
+    def lookup_batch(self, keys: list[KvCacheKey]) -> list[KvCacheLocation]:
+        """One pipelined round trip of STRLENs; a value over `max_bytes` is not offered."""
+        if not keys:
+            return []
+
+        def sizes() -> list[int]:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.strlen(self.name(key))
+            return pipe.execute()
+
+        start = time.perf_counter()
+        found = self._guarded(sizes)
+        if found is None:
+            return [NOT_FOUND] * len(keys)
+        self.round_trip_s = 0.7 * self.round_trip_s + 0.3 * (time.perf_counter() - start)
+        return [self._location(size) for size in found]
+
+    def store(self, entry: KvStoreEntry) -> None:
+        """Queue a chunk for the writer thread; dropped (and counted) while backing off or when the queue is full."""
+        if not self.backoff.ready():
+            self.stats["store_dropped"] += 1
+            return
+        try:
+            self._queue.put_nowait(entry)
+        except queue.Full:
+            self.stats["store_dropped"] += 1
+
+    def fetch(self, key: KvCacheKey) -> FetchedKv | None:
+        """The chunk, its TTL renewed; None when it is missing, Redis fails, or the value is corrupt (deleted)."""
+        start = time.perf_counter()
+        name = self.name(key)
+        value = self._guarded(lambda: self.client.getex(name, ex=self.config.ttl_seconds))
+        if not isinstance(value, bytes):  # missing (None), or Redis failed
+            return None
+        try:
+            shape, payload = unpack_record(value, key, self.codec.name)
+            kv = decode_chunk(self.codec, shape, payload)
+        except (CorruptRecord, ValueError):
+            self.stats["corrupt_dropped"] += 1
+            self._guarded(lambda: self.client.delete(name))
+            return None
+        elapsed = time.perf_counter() - start
+        transfer = max(elapsed - self.round_trip_s, 1e-6)
+        self.bandwidth = 0.7 * self.bandwidth + 0.3 * (len(value) / transfer)
+        return FetchedKv(key, kv, "redis", elapsed)
+
+    def evict(self, key: KvCacheKey) -> None:
+        self._guarded(lambda: self.client.delete(self.name(key)))
+
+    def health(self) -> bool:
+        """No network: the writer runs and no failure is being waited out."""
+        return self._writer.is_alive() and self.backoff.ready()
+
+    def capabilities(self) -> ConnectorCapabilities:
+        return ConnectorCapabilities(distributed=True)
+
+    def flush(self) -> None:
+        """Wait until queued stores are written or dropped (tests, shutdown)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        self.flush()
+        self._queue.put(None)
+        self._writer.join(timeout=10)
+        self.client.close()
+
+    # ---- helpers ----------------------------------------------------------
+
+    def _location(self, size: int) -> KvCacheLocation:
+        if size <= 0 or size > self.config.max_bytes:
+            return NOT_FOUND
+        return KvCacheLocation("redis", 1000.0 * (self.round_trip_s + size / self.bandwidth), size)
+
+    def _guarded(self, operation: Callable[[], T]) -> T | None:
+        """Run one Redis operation; None when backing off or when it fails (which starts a backoff)."""
+        if not self.backoff.ready():
+            self.stats["skipped"] += 1
+            return None
+        try:
+            result = operation()
+        except (redis.RedisError, OSError):  # down, slow, refusing: the engine prefills instead
+            self.stats["errors"] += 1
+            self.backoff.failed()
+            return None
+        self.backoff.succeeded()
+        return result
+
+    def _drain(self) -> None:
+        while True:
+            entry = self._queue.get()
+            try:
+                if entry is None:
+                    return
+                self._store_now(entry)
+            except Exception:  # noqa: BLE001 - a failed store only loses a cache entry
+                self.stats["store_dropped"] += 1
+            finally:
+                self._queue.task_done()
+
+    def _store_now(self, entry: KvStoreEntry) -> None:
+        payload = encode_chunk(self.codec, entry.kv)
+        value = pack_record(record_header(entry.key, self.codec.name, list(entry.kv.shape)), payload)
+        if len(value) > self.config.max_bytes:
+            self.stats["too_large"] += 1
+            return
+        name, ttl = self.name(entry.key), self.config.ttl_seconds
+        if self._guarded(lambda: self.client.set(name, value, ex=ttl, nx=True)):
+            self.stats["stored"] += 1
+            self.stats["bytes_stored"] += len(value)
