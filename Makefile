@@ -43,7 +43,9 @@ serve-openai: models
 demo: models
 	$(PY) client/demo.py
 
+# genai-perf (its own venv) for the test that profiles the ensemble with it.
 test: setup foreign-models
+	bench/genai-perf-setup.sh
 	$(PY) -m pytest -q
 
 # The engine-only suite: no tritonserver, no slow tests (a minute or two).

@@ -31,11 +31,14 @@ if [ -n "${MODEL:-}" ]; then
 heads = {key: os.environ[key.upper()] for key in SPECULATIVE_FOLDERS if os.environ.get(key.upper())}
 print(folder_repository(sys.argv[1], sys.argv[2], heads))' "$MODEL" "${MODEL_VARIANT:-}")
 fi
+# TensorRT-LLM's ensemble beside the generator where the repository has it (its steps load with it).
+models=(--load-model=generator)
+if [ -f "$repository/ensemble/config.pbtxt" ]; then models+=(--load-model=ensemble); fi
 guarded="model-repository,shared-memory,trace,logging:tritongen-operator-key=$key"
 if [ -n "${OPENAI_API_PORT:-}" ]; then  # it answers 503 until the generator is ready
   python3 -m tritongen.openai_api --triton-url 127.0.0.1:8001 --port "$OPENAI_API_PORT" &
 fi
 exec tritonserver --model-repository="$repository" \
-  --model-control-mode=explicit --load-model=generator --disable-auto-complete-config \
+  --model-control-mode=explicit "${models[@]}" --disable-auto-complete-config \
   --http-address=0.0.0.0 --grpc-address=0.0.0.0 --metrics-address=0.0.0.0 \
   --http-restricted-api="$guarded" --grpc-restricted-protocol="$guarded" "$@"

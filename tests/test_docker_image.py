@@ -104,6 +104,7 @@ def test_entrypoint_serves_a_model_folder_in_place_locked_down(tiny_folder, tmp_
                                    model_config_pb2.ModelConfig())
         assert config.parameters["target_model"].string_value == str(tiny_folder)
         assert (repository / "generator" / "1" / "model.py").is_file()
+        assert "--load-model=ensemble" in args and (repository / "ensemble" / "config.pbtxt").is_file()
     finally:
         shutil.rmtree(repository)
 

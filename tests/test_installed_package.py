@@ -11,6 +11,7 @@ import types
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tritongen.serve import free_port
@@ -38,7 +39,10 @@ def build_wheel(dest: Path) -> Path:
 def test_installed_wheel_serves_a_model_folder(tmp_path):
     wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"tritongen/triton/generator_model/config.pbtxt", "tritongen/triton/generator_model/1/model.py"} <= names
+    assert {"tritongen/triton/generator_model/config.pbtxt", "tritongen/triton/generator_model/1/model.py",
+            "tritongen/triton/ensemble_model/config.pbtxt", "tritongen/triton/ensemble_model/1/README",
+            "tritongen/triton/tensorrtllm_inputs_model/1/model.py",
+            "tritongen/triton/tensorrtllm_outputs_model/1/model.py"} <= names
     venv = tmp_path / "venv"  # a fresh environment: the wheel installed, the test venv's packages as its deps
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
@@ -70,6 +74,10 @@ def test_installed_wheel_serves_a_model_folder(tmp_path):
         got = grpc_request(server, {"input_ids": I64(1, 2, 3, 4), "max_tokens": I32(5)})
         assert all(error is None for _, error in got), got
         assert sum(len(r.as_numpy("output_ids")) for r, _ in got) == 5
+        # TensorRT-LLM's ensemble ships and loads beside it: its two Python steps run from the package too.
+        got = grpc_request(server, {"text_input": np.array([[b"Hello"]], dtype=np.object_),
+                                    "max_tokens": np.array([[3]], np.int32)}, model="ensemble")
+        assert all(error is None for _, error in got) and got[-1][0].as_numpy("text_output").shape[0] == 1, got
     finally:
         serve.terminate()
         later(lambda: stopped_leaving_the_folder_as_it_was(serve, before))

@@ -56,6 +56,10 @@ from .triton.lockdown import (
 # The generator's model folder (config.pbtxt and 1/model.py) ships inside the package, so an installed
 # tritongen serves a model folder without a checkout.
 GENERATOR_MODEL = Path(__file__).resolve().parent / "triton" / "generator_model"
+# TensorRT-LLM's `ensemble` over the generator, and its two Python steps: shipped the same way. Loading
+# `ensemble` loads its steps too (Triton loads an ensemble's composing models with it).
+ENSEMBLE_MODELS = {name: GENERATOR_MODEL.with_name(f"{name}_model")
+                   for name in ("ensemble", "tensorrtllm_inputs", "tensorrtllm_outputs")}
 # From a checkout, the repository `make models` fills; installed, ./model_repository.
 _CHECKOUT_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 DEFAULT_MODEL_REPOSITORY = _CHECKOUT_REPOSITORY if _CHECKOUT_REPOSITORY.is_dir() else Path("model_repository")
@@ -141,6 +145,8 @@ def folder_repository(model: Path, variant: str = "", speculative: dict[str, Pat
         raise RuntimeError(f"model folder not found: {model}")
     repository = Path(tempfile.mkdtemp(prefix="tritongen-repository-"))
     shutil.copytree(GENERATOR_MODEL, repository / "generator", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, source in ENSEMBLE_MODELS.items():
+        shutil.copytree(source, repository / name, ignore=shutil.ignore_patterns("__pycache__"))
     path = repository / "generator" / "config.pbtxt"
     config = text_format.Parse(path.read_text(encoding="utf-8"), model_config_pb2.ModelConfig())
     config.parameters["target_model"].string_value = str(model)
@@ -150,6 +156,11 @@ def folder_repository(model: Path, variant: str = "", speculative: dict[str, Pat
         config.parameters[key].string_value = str(Path(folder).resolve()) if folder else ""
     path.write_text(text_format.MessageToString(config), encoding="utf-8")
     return repository
+
+
+def default_models(repository: str | os.PathLike) -> list[str]:
+    """What a server loads unless told: the generator, and TensorRT-LLM's `ensemble` where the repository has it."""
+    return ["generator", "ensemble"] if (Path(repository) / "ensemble" / "config.pbtxt").is_file() else ["generator"]
 
 
 def scrape_metrics(url: str) -> dict[str, float]:
@@ -166,7 +177,7 @@ def scrape_metrics(url: str) -> dict[str, float]:
 
 
 class TritonServer:
-    """One tritonserver process on a model repository, loading only ``models``.
+    """One tritonserver process on a model repository, loading only ``models`` (None: :func:`default_models`).
 
     Ports of 0 are replaced by free ones. Output goes to ``log_file`` (a temp
     file if None); errors quote its tail. Every endpoint listens on ``host``;
@@ -176,12 +187,12 @@ class TritonServer:
     """
 
     def __init__(self, model_repository: str | os.PathLike = DEFAULT_MODEL_REPOSITORY,
-                 models: list[str] | tuple[str, ...] = ("generator",), http_port: int = 8000,
+                 models: list[str] | tuple[str, ...] | None = None, http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002,
                  log_file: str | os.PathLike | None = None, extra_args: list[str] | tuple[str, ...] = (),
                  host: str = LOOPBACK, key_file: str | os.PathLike | None = None):
         self.model_repository = Path(model_repository).resolve()
-        self.models = list(models)
+        self.models = list(models) if models is not None else default_models(self.model_repository)
         self.http_port = http_port or free_port()
         self.grpc_port = grpc_port or free_port()
         self.metrics_port = metrics_port or free_port()
@@ -300,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in SPECULATIVE_FOLDERS:
         ap.add_argument(f"--{key.replace('_', '-')}", type=Path, help=f"with --model: the {key} folder (else off)")
     ap.add_argument("--load-model", action="append", dest="models",
-                    help="model to load (repeatable; default: generator)")
+                    help="model to load (repeatable; default: generator, and ensemble where the repository has it)")
     ap.add_argument("--http-port", type=int, default=int(env.get("TRITON_HTTP_PORT", 8000)))
     ap.add_argument("--grpc-port", type=int, default=int(env.get("TRITON_GRPC_PORT", 8001)))
     ap.add_argument("--metrics-port", type=int, default=int(env.get("TRITON_METRICS_PORT", 8002)))
@@ -322,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model is not None:
         speculative = {key: getattr(args, key) for key in SPECULATIVE_FOLDERS if getattr(args, key)}
         repository = folder_repository(args.model, args.model_variant, speculative)
-    server = TritonServer(repository, args.models or ["generator"], args.http_port,
+    server = TritonServer(repository, args.models, args.http_port,
                           args.grpc_port, args.metrics_port, args.log_file, host=args.host,
                           key_file=args.operator_key_file)
     stopping = False
