@@ -48,6 +48,19 @@ def served_by(cluster: Cluster, before: list[float], timeout: float = 30) -> int
         time.sleep(0.05)
 
 
+def scrape_prometheus(url: str) -> dict[str, float]:
+    """Every family of a Prometheus page, summed over its labels."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    values: dict[str, float] = {}
+    for line in lines:
+        if line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            name = name_labels.split("{")[0]
+            values[name] = values.get(name, 0.0) + float(value)
+    return values
+
+
 def descendants(pids: list[int]) -> list[int]:
     """`pids` and every process below them (the Triton servers' python backend stubs)."""
     parents: dict[int, int] = {}

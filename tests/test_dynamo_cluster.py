@@ -14,7 +14,7 @@ import pytest
 
 from tritongen.dynamo.cluster import Cluster, ClusterOptions
 
-from dynamo_helpers import descendants, listening, needs_dynamo, post
+from dynamo_helpers import descendants, listening, needs_dynamo, post, scrape_prometheus
 from triton_helpers import cancelled_counts, grpc_request, later, text, wait_idle
 
 pytestmark = [pytest.mark.server, needs_dynamo]
@@ -44,8 +44,8 @@ def test_a_chat_through_dynamo_answers_with_the_tokens_of_the_triton_path(cluste
     assert answer["choices"][0]["finish_reason"] == "stop"
 
 
-def test_a_client_that_disconnects_cancels_its_generator_stream(cluster):
-    before = [len(cancelled_counts(r.server)) for r in cluster.replicas]
+def open_stream(cluster) -> socket.socket:
+    """A streamed chat of up to 1000 tokens through the frontend, after its first few events."""
     body = json.dumps({"model": "generator", "messages": CHAT, "max_tokens": 1000, "ignore_eos": True,
                        "stream": True}).encode()
     sock = socket.create_connection(("127.0.0.1", cluster.http_port), timeout=60)
@@ -56,7 +56,12 @@ def test_a_client_that_disconnects_cancels_its_generator_stream(cluster):
         chunk = sock.recv(65536)
         assert chunk, got
         got += chunk
-    sock.close()
+    return sock
+
+
+def test_a_client_that_disconnects_cancels_its_generator_stream(cluster):
+    before = [len(cancelled_counts(r.server)) for r in cluster.replicas]
+    open_stream(cluster).close()
     deadline = time.monotonic() + 30
     while [len(cancelled_counts(r.server)) for r in cluster.replicas] == before:
         assert time.monotonic() < deadline, "no generator logged a cancelled request"
@@ -80,3 +85,21 @@ def test_every_socket_of_the_cluster_listens_on_loopback(cluster):
     assert all(sockets[pid] for pid in named), {named[pid]: sockets[pid] for pid in named}
     stubs = [pid for pid in pids if pid not in named and sockets[pid]]
     assert len(stubs) >= len(cluster.replicas)
+
+
+def test_the_generators_load_reaches_dynamo(cluster):
+    """The worker relays the generator's KV pages in use as Dynamo's per-worker cache usage (the router's load)."""
+    def usage() -> list[float]:
+        return [scrape_prometheus(r.url_worker_metrics).get("dynamo_component_gpu_cache_usage_percent", 0.0)
+                for r in cluster.replicas]
+
+    sock = open_stream(cluster)
+    try:
+        deadline = time.monotonic() + 10
+        while max(usage()) == 0:
+            assert time.monotonic() < deadline, "no worker reported its generator's KV pages in use"
+            time.sleep(0.2)
+        total = [scrape_prometheus(r.url_worker_metrics)["dynamo_component_total_blocks"] for r in cluster.replicas]
+        assert total == [1024, 1024]  # the generator's num_gpu_pages, as registered
+    finally:
+        sock.close()

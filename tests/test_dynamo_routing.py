@@ -6,7 +6,9 @@ request is read off the generators' own counters; requests go one at a time."""
 from __future__ import annotations
 
 import random
+import re
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -91,7 +93,17 @@ def test_a_prefix_the_generator_evicted_stops_attracting_requests():
         half = PREFIX_PAGES // 2 * PAGE
         direct(cluster, y, prefix[:half] + random_tokens(rng, 8))
         time.sleep(1)  # the KV events travel worker -> NATS -> router
+        removed = events_applied(cluster, "removed")
         replica, cached = complete(cluster, prefix + random_tokens(rng, 8))
     finally:
         later(cluster.stop)
+    assert removed > 0, "the router applied no BlockRemoved"
     assert (replica, cached) == (y, half)
+
+
+def events_applied(cluster: Cluster, kind: str) -> float:
+    """KV events of this kind the frontend's router applied (its dynamo_component_kv_cache_events_applied)."""
+    with urllib.request.urlopen(cluster.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    pattern = r'^dynamo_component_kv_cache_events_applied\{[^}]*event_type="%s",status="ok"[^}]*\} (\S+)$' % kind
+    return sum(float(v) for v in re.findall(pattern, text, re.M))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,7 +34,8 @@ from .replica_repository import model_path, replica_repository
 from .worker_args import COMPONENT, NAMESPACE
 
 DYNAMO_VENV = Path(__file__).resolve().parents[3] / ".venv-dynamo"
-# Replica i's ports from a base port: Triton http, grpc, metrics, the generator's KV events and their replay.
+# Replica i's ports from a base port: Triton http, grpc, metrics, the generator's KV events and their replay, the
+# worker's system port (Dynamo's /health, /live and /metrics of the worker, its load among them).
 PORTS_PER_REPLICA = 10
 
 
@@ -42,7 +44,7 @@ class ClusterOptions:
     replicas: int = 2
     repository: Path = DEFAULT_MODEL_REPOSITORY
     http_port: int = 8080  # the frontend's; 0: a free one
-    base_port: int = 0  # replica i's ports are base + 10 i + 0..4; 0: free ones
+    base_port: int = 0  # replica i's ports are base + 10 i + 0..5; 0: free ones
     nats_port: int = 0
     router_mode: str = "kv"  # Dynamo's --router-mode: kv, round-robin, ...
     generator_params: dict[str, str] = field(default_factory=dict)  # config.pbtxt parameters for every replica
@@ -54,7 +56,10 @@ class ClusterOptions:
 class Replica:
     server: TritonServer
     kv_events: str  # the generator's KV events socket
+    system_port: int  # the worker's
     worker: Process | None = None
+
+    url_worker_metrics = property(lambda self: f"http://{LOOPBACK}:{self.system_port}/metrics")
 
 
 def _port(base: int, offset: int) -> int:
@@ -84,8 +89,6 @@ class Cluster:
                 "DYN_REQUEST_PLANE": "tcp", "DYN_EVENT_PLANE": "nats",
                 "NATS_SERVER": f"nats://{LOOPBACK}:{self.nats_port}", "DYN_TCP_RPC_HOST": LOOPBACK,
                 "DYN_TCP_RESPONSE_STREAM_HOST": LOOPBACK, "DYN_SYSTEM_HOST": LOOPBACK,
-                # No system port: model cards go through the discovery folder, not an HTTP server of the worker.
-                "DYN_SELF_HOST_METADATA": "0",
                 # The whole cluster stops together: no grace period for routers to forget a worker.
                 "DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS": "0"}
 
@@ -128,7 +131,8 @@ class Cluster:
             server = TritonServer(repository, ["generator"], _port(base, 0), _port(base, 1), _port(base, 2),
                                   self.workdir / f"triton{i}.log", extra_args=["--exit-timeout-secs=10"],
                                   key_file=self.workdir / f"operator-key{i}")
-            self.replicas.append(Replica(server, params["kv_events_endpoint"]))
+            system = base + 5 if base else _free_port_below(2**15)  # Dynamo reads DYN_SYSTEM_PORT as an i16
+            self.replicas.append(Replica(server, params["kv_events_endpoint"], system))
         list(self._pool.map(lambda r: r.server.start(timeout), self.replicas))
 
     def _worker(self, i: int, replica: Replica, card: Path) -> Process:
@@ -138,7 +142,8 @@ class Cluster:
                    "--metrics-url", server.url_metrics, "--model-path", str(card),
                    "--served-model-name", self.options.served_model_name,
                    "--namespace", NAMESPACE, "--component", COMPONENT]
-        return Process(f"worker{i}", command, self.workdir / f"worker{i}.log", self.env())
+        env = {**self.env(), "DYN_SYSTEM_PORT": str(replica.system_port)}
+        return Process(f"worker{i}", command, self.workdir / f"worker{i}.log", env)
 
     def _frontend(self) -> Process:
         command = [str(self.options.venv / "bin" / "python"), "-m", "dynamo.frontend",
@@ -194,6 +199,18 @@ class Cluster:
         self.stop()
 
 
+def _free_port_below(limit: int) -> int:
+    """A port below `limit` free right now (the kernel's own picks lie above 32767 on Linux)."""
+    rng = random.Random()
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((LOOPBACK, rng.randrange(10000, limit)))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+
+
 def _nats_server() -> str:
     found = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/local/sbin")
     if found is None:
@@ -222,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--http-port", type=int, default=int(env.get("DYNAMO_HTTP_PORT", 8080)),
                     help="the frontend's port (default 8080: Triton's own defaults are 8000-8002)")
     ap.add_argument("--base-port", type=int, default=int(env.get("DYNAMO_BASE_PORT", 8200)),
-                    help=f"replica i: Triton http, grpc, metrics, KV events, replay at base + {PORTS_PER_REPLICA} i "
-                         "+ 0..4 (0: free ports)")
+                    help=f"replica i: Triton http, grpc, metrics, KV events, replay, the worker's system port at "
+                         f"base + {PORTS_PER_REPLICA} i + 0..5 (0: free ports)")
     ap.add_argument("--nats-port", type=int, default=int(env.get("DYNAMO_NATS_PORT", 4222)))
     ap.add_argument("--router-mode", default=env.get("DYNAMO_ROUTER_MODE", "kv"), help="kv, round-robin, ...")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -263,7 +280,7 @@ def _banner(cluster: Cluster) -> str:
              f"router {cluster.options.router_mode}, {len(cluster.replicas)} replicas)"]
     for i, r in enumerate(cluster.replicas):
         lines.append(f"  replica {i}: triton grpc {r.server.url_grpc}, metrics {r.server.url_metrics}, "
-                     f"KV events {r.kv_events}")
+                     f"KV events {r.kv_events}, worker {r.url_worker_metrics}")
     lines.append(f"  nats-server {LOOPBACK}:{cluster.nats_port}; logs and discovery in {cluster.workdir}")
     return "\n".join(lines)
 
