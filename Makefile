@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup models foreign-models train-eagle3 serve serve-openai demo test test-fast lint clean bench soak
+.PHONY: setup models foreign-models train-eagle3 serve serve-openai setup-dynamo serve-dynamo demo test test-fast lint clean bench soak
 
 setup: $(SETUP_STAMP)
 
@@ -41,10 +41,21 @@ serve-openai: models
 	$(PY) -m tritongen.openai_api --start-triton
 
 demo: models
+# .venv-dynamo (NVIDIA Dynamo 1.6.1, its frontend and KV router, tritongen's worker) and nats-server; cached.
+setup-dynamo: setup
+	scripts/dynamo/setup.sh
+
+# REPLICAS Triton servers, a Dynamo worker each, Dynamo's frontend with its KV router on DYNAMO_HTTP_PORT (8080),
+# all on loopback; replica i on DYNAMO_BASE_PORT (8200) + 10 i + 0..5, nats-server on DYNAMO_NATS_PORT (4222);
+# DYNAMO_ROUTER_MODE=round-robin compares; MODEL=<folder> serves that folder. Ctrl-C or SIGTERM stops it all.
+REPLICAS ?= 2
+serve-dynamo: $(if $(MODEL),setup,models) setup-dynamo
+	$(PY) -m tritongen.dynamo.cluster --replicas $(REPLICAS) $(if $(MODEL),--model-repository "$(MODEL)")
+
 	$(PY) client/demo.py
 
 # genai-perf (its own venv) for the test that profiles the ensemble with it.
-test: setup foreign-models
+test: setup foreign-models setup-dynamo
 	bench/genai-perf-setup.sh
 	$(PY) -m pytest -q
 
@@ -66,4 +77,4 @@ lint: setup
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) .venv-genai .venv-optimum foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/target_gqa_int4 model_repository/target_gqa_fp16 model_repository/draft_gqa model_repository/*_head
+	rm -rf $(VENV) .venv-genai .venv-optimum .venv-dynamo foreign_models model_repository/target model_repository/draft model_repository/target_gqa model_repository/target_gqa_int4 model_repository/target_gqa_fp16 model_repository/draft_gqa model_repository/*_head
