@@ -15,6 +15,7 @@ from tritongen.kv.connector_config import RedisTierConfig
 from tritongen.kv.page_pool import PagePool
 from tritongen.kv.redis_record import unpack_record
 from tritongen.kv.redis_tier import RedisTierConnector
+from tritongen.triton.generator_settings import parse_settings
 
 from redis_process import RedisProcess, free_port
 
@@ -189,3 +190,16 @@ def test_a_stalled_redis_times_out_once_then_is_skipped(redis_url, server):
         assert np.array_equal(c.fetch(key).kv, kv())
     finally:
         c.close()
+
+
+def test_the_generator_parameters_configure_the_redis_tier(tmp_path):
+    params = {"kv_connector": "redis", "kv_connector_redis_url": "redis://10.0.0.5:6380/2",
+              "kv_connector_redis_ttl_seconds": "60", "kv_connector_redis_max_bytes": "1048576",
+              "kv_connector_redis_timeout_ms": "20"}
+    config = parse_settings(params, tmp_path).engine.kv_connector
+    assert (config.backend, config.redis) == ("redis", RedisTierConfig("redis://10.0.0.5:6380/2", 60, 1 << 20, 20))
+    assert parse_settings({"kv_connector": "redis"}, tmp_path).engine.kv_connector.redis == RedisTierConfig()
+    for key, value in (("kv_connector_redis_url", "http://127.0.0.1:6379"), ("kv_connector_redis_ttl_seconds", "0"),
+                       ("kv_connector_redis_timeout_ms", "-1")):
+        with pytest.raises(ValueError, match="kv_connector_redis"):
+            parse_settings({**params, key: value}, tmp_path)
