@@ -37,10 +37,10 @@ train-eagle3: models
 serve: $(if $(MODEL),setup,models)
 	$(PY) -m tritongen.serve $(if $(MODEL),--model "$(MODEL)")
 
+# The API on OPENAI_API_PORT (default 9000), Triton on the TRITON_*_PORT ports as `make serve`.
 serve-openai: models
 	$(PY) -m tritongen.openai_api --start-triton
 
-demo: models
 # .venv-dynamo (NVIDIA Dynamo 1.6.1, its frontend and KV router, tritongen's worker) and nats-server; cached.
 setup-dynamo: setup
 	scripts/dynamo/setup.sh
@@ -52,6 +52,7 @@ REPLICAS ?= 2
 serve-dynamo: $(if $(MODEL),setup,models) setup-dynamo
 	$(PY) -m tritongen.dynamo.cluster --replicas $(REPLICAS) $(if $(MODEL),--model-repository "$(MODEL)")
 
+demo: models
 	$(PY) client/demo.py
 
 # genai-perf (its own venv) for the test that profiles the ensemble with it.

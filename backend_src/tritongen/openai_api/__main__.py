@@ -3,7 +3,8 @@
 With --start-triton it launches the repository's tritonserver first (ports
 from TRITON_HTTP_PORT / TRITON_GRPC_PORT / TRITON_METRICS_PORT, as `make
 serve`), waits for the generator, and stops the server on exit — the one
-command behind `make serve-openai`.
+command behind `make serve-openai`. The API's own port comes from OPENAI_API_PORT
+(default 9000, as the image's) unless --port gives it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="generator", help="the Triton model to front, also the OpenAI model name")
     ap.add_argument("--host", default=env.get("OPENAI_API_HOST", "127.0.0.1"),
                     help="address the API binds to (default loopback; 0.0.0.0 for every interface)")
-    ap.add_argument("--port", type=int, default=9000)
+    ap.add_argument("--port", type=int, default=int(env.get("OPENAI_API_PORT") or 9000),
+                    help="port the API listens on (default: OPENAI_API_PORT, else 9000)")
     ap.add_argument("--api-key", default=env.get("TRITONGEN_API_KEY") or None,
                     help="require 'Authorization: Bearer <key>' on /v1 routes (default: TRITONGEN_API_KEY; none)")
     ap.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
