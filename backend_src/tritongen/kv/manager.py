@@ -182,7 +182,7 @@ class KvManager:
                 break
             stats["decided_fetch"] += 1
             stats[f"hit_{fetched.tier}"] += 1
-            stats["fetched_bytes"] += fetched.kv.nbytes
+            stats["fetched_bytes"] += location.size_bytes  # as stored: the page dtype, compressed or not
             start = self._start(key, link)
             reused = min(start + key.num_tokens, limit)
             self.slots.write(slot, start, fetched.kv[:, :, :, :reused - start])
