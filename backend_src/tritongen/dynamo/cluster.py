@@ -80,6 +80,8 @@ class Cluster:
         # Starts and stops the servers in parallel. Its threads live as long as the cluster: a server gets SIGTERM
         # when the thread that started it ends (PR_SET_PDEATHSIG follows the thread, not the process).
         self._pool = ThreadPoolExecutor(max(1, options.replicas), thread_name_prefix="triton-replica")
+        self._stopped = False
+        self._folder_repository: Path | None = None  # made for a model folder served in place; removed at stop
 
     url = property(lambda self: f"http://{LOOPBACK}:{self.http_port}")
 
@@ -113,7 +115,8 @@ class Cluster:
         repository = Path(self.options.repository)
         if (repository / "generator").is_dir():
             return repository
-        return folder_repository(repository)  # a model folder, served in place
+        self._folder_repository = folder_repository(repository)  # a model folder, served in place
+        return self._folder_repository
 
     def _start_nats(self) -> None:
         self.nats = Process("nats-server", [_nats_server(), "-a", LOOPBACK, "-p", str(self.nats_port)],
@@ -183,7 +186,10 @@ class Cluster:
         return any(m.get("id") == self.options.served_model_name for m in self._get("/v1/models").get("data", []))
 
     def stop(self) -> None:
-        """The frontend first, then the workers and the servers (in parallel), then nats-server; by PID."""
+        """The frontend first, then the workers and the servers (in parallel), then nats-server; by PID. Once."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self.frontend is not None:
             self.frontend.stop()
         list(self._pool.map(lambda r: r.worker and r.worker.stop(), self.replicas))
@@ -191,6 +197,8 @@ class Cluster:
         self._pool.shutdown()
         if self.nats is not None:
             self.nats.stop()
+        if self._folder_repository is not None:
+            shutil.rmtree(self._folder_repository, ignore_errors=True)
 
     def __enter__(self) -> Cluster:
         return self.start()
