@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import urllib.request
 
 import numpy as np
 import pytest
@@ -182,6 +183,16 @@ def test_an_unsupported_field_is_an_error_naming_it(server, prompt, field, value
                               {"text_input": prompt, "max_tokens": MAX_TOKENS, field: value.item()
                                if isinstance(value, np.generic) else value})
     assert status == 400 and field in json.loads(reply)["error"], reply
+
+
+@pytest.mark.server
+def test_model_control_stays_with_the_operator(server):
+    """Loading the ensemble opens no door: a client still cannot unload it or its generator."""
+    for model in ("ensemble", "generator", "tensorrtllm_inputs"):
+        status, reply = http_post(server, f"/v2/repository/models/{model}/unload", {})
+        assert status == 403, (model, status, reply)
+    with urllib.request.urlopen(server.url_http + "/v2/models/ensemble/ready", timeout=5) as r:
+        assert r.status == 200
 
 
 @pytest.mark.server
