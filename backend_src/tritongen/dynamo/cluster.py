@@ -96,6 +96,8 @@ class Cluster:
 
     def start(self, timeout: float = 300.0) -> Cluster:
         """nats-server, the Triton servers (in parallel), a worker each, the frontend; RuntimeError on a failure."""
+        if not (self.options.venv / "bin" / "python").exists():
+            raise RuntimeError(f"no Dynamo environment at {self.options.venv}: run `make setup-dynamo`")
         try:
             self._start_nats()
             source = self._source_repository()
