@@ -91,7 +91,7 @@ def genai_perf(name: str, args: list[str]) -> dict:
     artifacts = Path(args[args.index("--artifact-dir") + 1])
     summary = {"name": name, "command": shlex.join(["genai-perf", *args])}
     if not GENAI_PERF.is_file():
-        summary["error"] = f"{GENAI_PERF} missing: run bench/setup.sh"
+        summary["error"] = f"{GENAI_PERF} missing: run bench/genai-perf-setup.sh (make test and make bench do)"
         return summary
     run = subprocess.run([str(GENAI_PERF), *args], env=client_env(), capture_output=True, text=True, timeout=600)
     summary["rc"] = run.returncode
