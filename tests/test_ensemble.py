@@ -54,8 +54,12 @@ def test_every_generator_input_is_mapped_and_every_step_tensor_declared():
 
 def test_the_mapping_names_each_field_it_cannot_serve():
     base = {"text_input": rows("Hi"), "max_tokens": rows(np.int32(4))}
-    assert set(generator_inputs({**base, "beam_width": rows(np.int32(1)), "pad_id": rows(np.int32(2)),
-                                 "bad_words": rows(""), "stop_words": rows("", "")})) == {"text_input", "max_tokens"}
+    neutral = {"beam_width": rows(np.int32(1)), "pad_id": rows(np.int32(2)), "bad_words": rows(""),
+               "stop_words": rows("", ""), "decoder_text_input": rows(""), "embedding_bias_words": rows(""),
+               "embedding_bias_weights": np.zeros((1, 0), np.float32)}
+    assert set(generator_inputs({**base, **neutral})) == {"text_input", "max_tokens"}
+    with pytest.raises(RequestError, match="decoder_text_input"):
+        generator_inputs({**base, "decoder_text_input": rows("Bonjour")})
     for field, value in [("beam_width", np.int32(2)), ("length_penalty", np.float32(0.5)),
                          ("num_return_sequences", np.int32(3)), ("return_generation_logits", True),
                          ("lora_task_id", np.uint64(1)), ("embedding_bias_words", "Paris")]:

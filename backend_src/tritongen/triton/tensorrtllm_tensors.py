@@ -38,9 +38,8 @@ REFUSED = {
     "lora_weights": "LoRA adapters are not served",
     "lora_config": "LoRA adapters are not served",
 }
-# Accepted and without effect: one sequence per request is never padded, and every response holds
-# num_input_tokens and num_output_tokens whether asked for or not.
-INERT = ("pad_id", "return_num_input_tokens", "return_num_output_tokens")
+# pad_id, return_num_input_tokens and return_num_output_tokens are read by no step: one sequence per request
+# is never padded, and every response holds num_input_tokens and num_output_tokens whether asked for or not.
 
 
 def _scalar(name: str, array: np.ndarray):
@@ -59,7 +58,8 @@ def _words(array: np.ndarray) -> list[str]:
 
 def _refuse_unsupported(tensors: dict[str, np.ndarray]) -> None:
     for name, why in REFUSED.items():
-        if name in tensors and not (name == "decoder_text_input" and not _words(tensors[name])):
+        empty_prompt = name == "decoder_text_input" and name in tensors and not _words(tensors[name])
+        if name in tensors and not empty_prompt:
             raise RequestError(f"{name} is not supported: {why}")
     for name, (neutral, why) in NEUTRAL.items():
         if name in tensors and _scalar(name, tensors[name]) != neutral:
