@@ -147,3 +147,38 @@ def test_the_generator_settings_turn_events_on_with_llm_ds_topic(tmp_path):
     assert not parse_settings({"vllm_metric_aliases": "false"}, tmp_path).vllm_metric_aliases
     with pytest.raises(ValueError, match="kv_events_replay_endpoint needs kv_events_endpoint"):
         parse_settings({"kv_events_replay_endpoint": "tcp://127.0.0.1:5558"}, tmp_path)
+
+
+def test_the_connectors_local_tiers_announce_their_pages_as_their_own_medium(tiny_folder):
+    """A chunk stored in the CPU tier is announced with the hashes the trie gave its pages; evicted, removed."""
+    from tritongen.kv.connector_config import KvConnectorConfig, LocalTieredConfig
+
+    config = endpoints()
+    # 512 B of f32 KV per token: room for one 256-token chunk and a 16-token one, not for a second prompt's.
+    tiers = KvConnectorConfig("local_tiered", recompute_ms_per_token=1.0,
+                              local_tiered=LocalTieredConfig(cpu_max_bytes=140_000))
+    engine = Engine(tiny_folder, EngineConfig(kv_events=config, num_gpu_pages=64, page_size=PAGE, kv_connector=tiers))
+    listener = Listener(config.endpoint, config.topic.encode())
+    time.sleep(0.3)
+    try:
+        for seed in (20, 21):
+            run(engine, prompt(seed, 272))
+            engine.connector.flush()
+    finally:
+        engine.close()
+    try:
+        payloads = [p for _, p in listener.drain()]
+    finally:
+        listener.close()
+    events = [e for p in payloads for e in decode_vllm(p).events]
+    pool = {b.block_hashes[0]: b.token_ids for b in events if type(b).__name__ == "VllmBlockStored"
+            and b.medium == "GPU"}
+    cpu = [e for e in events if type(e).__name__ == "VllmBlockStored" and e.medium == "CPU"]
+    assert [len(e.block_hashes) for e in cpu] == [16, 1, 16, 1]  # each prompt's 256-token chunk, then its tail
+    first = [h for e in cpu[:2] for h in e.block_hashes]
+    assert [t for h in first for t in pool[h]] == prompt(20, 272)  # the pool's hashes for the same pages
+    assert cpu[1].parent_block_hash == cpu[0].block_hashes[-1]
+    removed = {h for e in events if type(e).__name__ == "VllmBlockRemoved" and e.medium == "CPU"
+               for h in e.block_hashes}
+    assert set(first) <= removed  # the second prompt's chunk pushed the first out of the CPU tier
+    assert not removed & {h for e in cpu[2:] for h in e.block_hashes}

@@ -158,6 +158,9 @@ class Engine:
         except ValueError:
             self.connector.close()
             raise
+        if self.kv_events is not None:  # the connector's tiers announce their pages on the same stream
+            publisher = self.kv_events
+            self.connector.on_event = lambda event: publisher.publish([event])
         self._thread = threading.Thread(target=self._run, name="tritongen-engine", daemon=True)
         self._thread.start()
 

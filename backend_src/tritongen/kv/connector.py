@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Callable
 
 import numpy as np
+
+from .kv_events import BlockStored, KvEvent
 
 
 class CachePriority(Enum):
@@ -73,6 +76,7 @@ class KvStoreEntry:
     key: KvCacheKey
     kv: np.ndarray  # f32 [layers, 2, kv_heads, tokens, head_dim]
     priority: CachePriority = CachePriority.SESSION
+    blocks: BlockStored | None = None  # the chunk's pages as a KV event, when the engine publishes events
 
 
 @dataclass
@@ -93,7 +97,13 @@ class ConnectorCapabilities:
 
 
 class KvCacheConnector:
-    """The protocol. Null behaviour by default: nothing is stored, every lookup misses."""
+    """The protocol. Null behaviour by default: nothing is stored, every lookup misses.
+
+    `on_event`, set by the engine when it publishes KV events, is where a connector whose tiers it can watch
+    announces the pages each tier gains and loses (the tier's name as the medium).
+    """
+
+    on_event: Callable[[KvEvent], None] | None = None
 
     def lookup(self, key: KvCacheKey) -> KvCacheLocation:
         return NOT_FOUND

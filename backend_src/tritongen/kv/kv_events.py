@@ -32,6 +32,14 @@ def block_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
     return (int.from_bytes(digest.digest(), "big") & (2**63 - 1)) or 1
 
 
+def page_hashes(tokens: list[int], page_size: int) -> list[int]:
+    """The block hashes of every full page of `tokens`, each chained to the one before (as the trie makes them)."""
+    hashes: list[int] = []
+    for start in range(0, len(tokens) // page_size * page_size, page_size):
+        hashes.append(block_hash(hashes[-1] if hashes else None, tuple(tokens[start:start + page_size])))
+    return hashes
+
+
 @dataclass(frozen=True)
 class BlockStored:
     block_hashes: list[int]

@@ -30,7 +30,7 @@ import time
 import uuid
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +48,7 @@ from .connector import (
     KvStoreEntry,
 )
 from .connector_config import COMPRESSIONS, LocalTieredConfig
+from .kv_events import BlockRemoved, BlockStored
 
 MAGIC = b"TRITONGEN-KV-3\n"
 _MAX_HEADER_BYTES = 4096
@@ -114,6 +115,7 @@ class _Entry:
     payload: bytes | None = None  # CPU tier only
     path: Path | None = None  # disk tier only
     pinned: bool = False
+    blocks: BlockStored | None = None  # its pages, as announced (when the engine publishes KV events)
 
     @property
     def file(self) -> Path:
@@ -222,7 +224,8 @@ class LocalTieredConnector(KvCacheConnector):
             if elapsed > 0:  # running estimate of this tier's throughput
                 self.bandwidth[tier] = 0.7 * self.bandwidth[tier] + 0.3 * (entry.size / elapsed)
             if tier == "disk":  # promote: the next fetch of this chunk is a CPU hit
-                self.cpu.add(key.digest, _Entry(entry.size, entry.priority, entry.header, payload))
+                promoted = _Entry(entry.size, entry.priority, entry.header, payload, blocks=entry.blocks)
+                self._announce("cpu", entry.blocks, self.cpu.add(key.digest, promoted))
         return FetchedKv(key, kv, tier, elapsed)
 
     def prefetch(self, key: KvCacheKey) -> None:
@@ -241,11 +244,12 @@ class LocalTieredConnector(KvCacheConnector):
 
     def evict(self, key: KvCacheKey) -> None:
         with self._lock:
-            self.cpu.remove(key.digest)
+            self._announce("cpu", None, [e for e in (self.cpu.remove(key.digest),) if e is not None])
             if self.disk is not None:
                 entry = self.disk.remove(key.digest)
                 if entry is not None:
                     entry.file.unlink(missing_ok=True)
+                    self._announce("disk", None, [entry])
 
     def health(self) -> bool:
         return self._writer.is_alive() and (self.disk is None or os.access(self.disk.folder, os.W_OK))
@@ -285,7 +289,8 @@ class LocalTieredConnector(KvCacheConnector):
                   "dtype": self.codec.name, "compression": self.config.compression, "priority": entry.priority.name,
                   "payload_bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
         with self._lock:  # CPU evictions need no write-back: with a disk tier, every chunk is written there too
-            self.cpu.add(key.digest, _Entry(len(payload), entry.priority, header, payload))
+            self._announce("cpu", entry.blocks, self.cpu.add(key.digest, _Entry(len(payload), entry.priority,
+                                                                                 header, payload, blocks=entry.blocks)))
         if self.disk is not None:
             path = self.disk.folder / f"{key.digest}.kv"
             # Named after this process (and unique in it): two servers on one path never write the same file.
@@ -294,8 +299,11 @@ class LocalTieredConnector(KvCacheConnector):
                 f.write(MAGIC + _header_lines(header) + payload)
             os.replace(tmp, path)  # a crash never leaves a half-written chunk under its real name
             with self._lock:
-                for old in self.disk.add(key.digest, _Entry(len(payload), entry.priority, header, path=path)):
+                evicted = self.disk.add(key.digest, _Entry(len(payload), entry.priority, header, path=path,
+                                                           blocks=entry.blocks))
+                for old in evicted:
                     old.file.unlink(missing_ok=True)
+                self._announce("disk", entry.blocks, evicted)
         self.stats["stored"] += 1
         self.stats["bytes_stored"] += len(payload)
 
@@ -347,9 +355,20 @@ class LocalTieredConnector(KvCacheConnector):
             raise CorruptChunk("payload size or checksum mismatch")
         return payload
 
+    def _announce(self, tier: str, stored: BlockStored | None, evicted: list[_Entry]) -> None:
+        """A tier's pages as KV events, its name as the medium: what it just evicted, then what it now holds."""
+        if self.on_event is None:
+            return
+        gone = [h for e in evicted if e.blocks is not None for h in e.blocks.block_hashes]
+        if gone:
+            self.on_event(BlockRemoved(gone, tier.upper()))
+        if stored is not None:
+            self.on_event(replace(stored, medium=tier.upper()))
+
     def _drop(self, digest: str, tier: _Tier, reason: BaseException) -> None:
         with self._lock:
             entry = tier.remove(digest)
+            self._announce("cpu" if tier is self.cpu else "disk", None, [entry] if entry is not None else [])
         if entry is not None and entry.path is not None:
             entry.path.unlink(missing_ok=True)
         self.stats["corrupt_dropped"] += 1

@@ -17,6 +17,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from .connector import CachePriority, KvCacheConnector, KvCacheKey, KvStoreEntry, chunk_keys
+from .kv_events import BlockStored, page_hashes
 from .page_pool import PagePool
 from .prefix_cache import Node, PrefixCache
 from .protocols import PagedSequence, SlotRows
@@ -200,9 +201,19 @@ class KvManager:
             if not location.found:
                 start = self._start(key, link)
                 kv = self.slots.read(slot, start, start + key.num_tokens)
-                link.connector.store(KvStoreEntry(key, kv, link.store_priority))
+                link.connector.store(KvStoreEntry(key, kv, link.store_priority, self._chunk_blocks(seq, key, start)))
                 self.connector_stats["stored_chunks"] += 1
         seq.chunks_stored += len(ready)
+
+    def _chunk_blocks(self, seq: PagedSequence, key: KvCacheKey, start: int) -> BlockStored | None:
+        """A stored chunk's pages as the event its tiers announce, hashed as the prefix trie hashes them; None
+        while the engine publishes no events."""
+        if self.cache.events is None:
+            return None
+        ps, end = self.page_size, start + key.num_tokens
+        hashes = page_hashes(seq.prompt_ids[:end], ps)
+        first = start // ps
+        return BlockStored(hashes[first:], hashes[first - 1] if first else None, seq.prompt_ids[start:end], ps)
 
     def reserve(self, seq: PagedSequence, num_tokens: int) -> bool:
         """Make the page table cover `num_tokens`, evicting session pins if it must; False if the pool runs dry
