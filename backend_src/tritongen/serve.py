@@ -132,6 +132,23 @@ def _die_with_parent() -> None:
         pass
 
 
+def stop_process_group(p: subprocess.Popen, timeout: float) -> int | None:
+    """SIGTERM a child started in a session of its own, wait, SIGKILL if it hangs, then SIGKILL whatever is left
+    of its process group. Returns the exit code."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return p.returncode
+
+
 SPECULATIVE_FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
 
 
@@ -272,23 +289,15 @@ class TritonServer:
         return self
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM (Triton's graceful shutdown), wait, SIGKILL if it hangs. Returns the exit code."""
+        """SIGTERM (Triton's graceful shutdown), wait, SIGKILL if it hangs. Returns the exit code.
+
+        tritonserver 2.51 may crash at its exit timeout and leave the python backend stub running: the stub is in
+        the server's process group (its own session), so whatever is left of that group is ended too.
+        """
         p = self.process
         if p is None:
             return None
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        # tritonserver 2.51 may crash at its exit timeout and leave the python backend stub running:
-        # the stub is in the server's process group (its own session), so end whatever is left of it.
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        stop_process_group(p, timeout)
         if self.key_file is not None:
             self.key_file.unlink(missing_ok=True)  # the key dies with the server
         return p.returncode

@@ -8,12 +8,10 @@ process group. Each child also gets SIGTERM when the launcher dies, so none outl
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from pathlib import Path
 
-from ..serve import _die_with_parent
+from ..serve import _die_with_parent, stop_process_group
 
 
 class Process:
@@ -48,18 +46,4 @@ class Process:
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, wait, SIGKILL if it hangs; then whatever is left of its process group. Returns the exit code."""
-        p = self.process
-        if p is None:
-            return None
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return p.returncode
+        return None if self.process is None else stop_process_group(self.process, timeout)

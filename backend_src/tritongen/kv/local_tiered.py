@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import queue
 import threading
 import time
 import uuid
@@ -49,6 +48,7 @@ from .connector import (
 )
 from .connector_config import COMPRESSIONS, LocalTieredConfig
 from .kv_events import BlockRemoved, BlockStored
+from .store_writer import StoreWriter
 
 MAGIC = b"TRITONGEN-KV-3\n"
 _MAX_HEADER_BYTES = 4096
@@ -182,9 +182,7 @@ class LocalTieredConnector(KvCacheConnector):
         if self.disk is not None:
             self.disk.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._load_disk_index(self.disk)
-        self._queue: queue.Queue = queue.Queue(maxsize=64)
-        self._writer = threading.Thread(target=self._drain, name="tritongen-kv-store", daemon=True)
-        self._writer.start()
+        self._writer = StoreWriter(self._store_now, self._count_dropped, "tritongen-kv-store", max_queued=64)
 
     # ---- protocol ---------------------------------------------------------
 
@@ -198,10 +196,8 @@ class LocalTieredConnector(KvCacheConnector):
 
     def store(self, entry: KvStoreEntry) -> None:
         """Queue a chunk for storing; dropped (and counted) when the queue is full, never blocking."""
-        try:
-            self._queue.put_nowait(entry)
-        except queue.Full:
-            self.stats["store_dropped"] += 1
+        if not self._writer.put(entry):
+            self._count_dropped()
 
     def fetch(self, key: KvCacheKey) -> FetchedKv | None:
         start = time.perf_counter()
@@ -252,33 +248,22 @@ class LocalTieredConnector(KvCacheConnector):
                     self._announce("disk", None, [entry])
 
     def health(self) -> bool:
-        return self._writer.is_alive() and (self.disk is None or os.access(self.disk.folder, os.W_OK))
+        return self._writer.alive and (self.disk is None or os.access(self.disk.folder, os.W_OK))
 
     def capabilities(self) -> ConnectorCapabilities:
         return ConnectorCapabilities(prefetch=self.disk is not None, pinnable=True, compression=list(COMPRESSIONS))
 
-    def flush(self, timeout: float = 30.0) -> None:
+    def flush(self) -> None:
         """Wait until queued stores are written (tests, shutdown)."""
-        self._queue.join()
+        self._writer.flush()
 
     def close(self) -> None:
-        self.flush()
-        self._queue.put(None)
-        self._writer.join(timeout=10)
+        self._writer.close()
 
     # ---- storing ----------------------------------------------------------
 
-    def _drain(self) -> None:
-        while True:
-            entry = self._queue.get()
-            try:
-                if entry is None:
-                    return
-                self._store_now(entry)
-            except Exception:  # noqa: BLE001 - a failed store only loses a cache entry
-                self.stats["store_dropped"] += 1
-            finally:
-                self._queue.task_done()
+    def _count_dropped(self) -> None:
+        self.stats["store_dropped"] += 1
 
     def _store_now(self, entry: KvStoreEntry) -> None:
         raw = encode_chunk(self.codec, entry.kv)

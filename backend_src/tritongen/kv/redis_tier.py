@@ -11,8 +11,6 @@ pipelined round trip for a whole prompt) and fetches.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -35,6 +33,7 @@ from .connector import (
 )
 from .connector_config import RedisTierConfig
 from .redis_record import CorruptRecord, pack_record, record_header, unpack_record
+from .store_writer import StoreWriter
 
 T = TypeVar("T")
 _STORE_QUEUE = 32  # chunks waiting to be written; beyond it a store is dropped, never waited for
@@ -52,9 +51,7 @@ class RedisTierConnector(KvCacheConnector):
         self.bandwidth, self.round_trip_s = 1e9, 5e-4
         self.stats = {"stored": 0, "store_dropped": 0, "too_large": 0, "bytes_stored": 0, "corrupt_dropped": 0,
                       "errors": 0, "skipped": 0}
-        self._queue: queue.Queue = queue.Queue(maxsize=_STORE_QUEUE)
-        self._writer = threading.Thread(target=self._drain, name="tritongen-kv-redis-store", daemon=True)
-        self._writer.start()
+        self._writer = StoreWriter(self._store_now, self._count_dropped, "tritongen-kv-redis-store", _STORE_QUEUE)
 
     def name(self, key: KvCacheKey) -> str:
         """The Redis key of a chunk: dtype and model in clear (for an operator's SCAN), the full key's digest."""
@@ -85,13 +82,8 @@ class RedisTierConnector(KvCacheConnector):
 
     def store(self, entry: KvStoreEntry) -> None:
         """Queue a chunk for the writer thread; dropped (and counted) while backing off or when the queue is full."""
-        if not self.backoff.ready():
-            self.stats["store_dropped"] += 1
-            return
-        try:
-            self._queue.put_nowait(entry)
-        except queue.Full:
-            self.stats["store_dropped"] += 1
+        if not (self.backoff.ready() and self._writer.put(entry)):
+            self._count_dropped()
 
     def fetch(self, key: KvCacheKey) -> FetchedKv | None:
         """The chunk, its TTL renewed; None when it is missing, Redis fails, or the value is corrupt (deleted)."""
@@ -117,19 +109,17 @@ class RedisTierConnector(KvCacheConnector):
 
     def health(self) -> bool:
         """No network: the writer runs and no failure is being waited out."""
-        return self._writer.is_alive() and self.backoff.ready()
+        return self._writer.alive and self.backoff.ready()
 
     def capabilities(self) -> ConnectorCapabilities:
         return ConnectorCapabilities(distributed=True)
 
     def flush(self) -> None:
         """Wait until queued stores are written or dropped (tests, shutdown)."""
-        self._queue.join()
+        self._writer.flush()
 
     def close(self) -> None:
-        self.flush()
-        self._queue.put(None)
-        self._writer.join(timeout=10)
+        self._writer.close()
         self.client.close()
 
     # ---- helpers ----------------------------------------------------------
@@ -153,17 +143,8 @@ class RedisTierConnector(KvCacheConnector):
         self.backoff.succeeded()
         return result
 
-    def _drain(self) -> None:
-        while True:
-            entry = self._queue.get()
-            try:
-                if entry is None:
-                    return
-                self._store_now(entry)
-            except Exception:  # noqa: BLE001 - a failed store only loses a cache entry
-                self.stats["store_dropped"] += 1
-            finally:
-                self._queue.task_done()
+    def _count_dropped(self) -> None:
+        self.stats["store_dropped"] += 1
 
     def _store_now(self, entry: KvStoreEntry) -> None:
         payload = encode_chunk(self.codec, entry.kv)
