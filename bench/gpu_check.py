@@ -51,7 +51,7 @@ from tritongen.model_build.hf_config import llama_config
 from tritongen.model_build.onnx_folder import write_model_folder
 from tritongen.model_build.tiny import tiny_settings, tiny_spec, tiny_tokenizer_json, tiny_weights
 from tritongen.runtime.cpu_threads import session_options
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 from tritongen.runtime.model_folder import locate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def profile_check(run: Run) -> dict:
     options = session_options(0, False)
     options.enable_profiling = True
     options.profile_file_prefix = str(run.work / "profile")
-    decoder = SlotDecoder(onnx, 4, 256, providers=run.providers)
+    decoder = GqaDecoder(onnx, 4, 256, providers=run.providers)
     decoder.session = ort.InferenceSession(str(onnx), options, providers=run.providers)
     decoder.prefill(0, np.tile(np.arange(1, 33, dtype=np.int64), (4, 1)), 0)
     for step in range(8):
@@ -121,7 +121,7 @@ def profile_check(run: Run) -> dict:
 
 def kv_memory_check(run: Run) -> dict:
     """Check 2: where the slot decoder put its buffers, and a slot move on them."""
-    decoder = SlotDecoder(locate(run.folder).onnx_file, 4, 256, providers=run.providers)
+    decoder = GqaDecoder(locate(run.folder).onnx_file, 4, 256, providers=run.providers)
     expected = "cpu" if run.provider == "CPUExecutionProvider" else "cuda"
     ok = decoder.arrays.device == expected
     if decoder.arrays.device == "cuda":
@@ -162,7 +162,7 @@ def tokens_check(run: Run) -> dict:
     return {"tokens": verdicts, "tokens_ok": not any(v.startswith("MISMATCH") for v in verdicts)}
 
 
-def raw_rate(decoder: SlotDecoder, prompt: list[int], rows: int, steps: int) -> float:
+def raw_rate(decoder: GqaDecoder, prompt: list[int], rows: int, steps: int) -> float:
     """The limit: the prompt prefilled once and copied into every row, then greedy decode calls, argmax."""
     length = len(prompt)
     logits, _ = decoder.prefill(0, np.array([prompt], np.int64), 0)
@@ -208,7 +208,7 @@ def steady_rate(system, prompts: list[list[int]], n: int) -> float:
 def speed(run: Run, triton) -> dict:
     """Check 5: raw loop, engine and Triton at 1 and 16 streams, the order flipping every pass (pass 0 warms up)."""
     eng = engine(run)
-    decoder = SlotDecoder(locate(run.folder).onnx_file, max(STREAMS), run.prompt_len + run.new_tokens + 8,
+    decoder = GqaDecoder(locate(run.folder).onnx_file, max(STREAMS), run.prompt_len + run.new_tokens + 8,
                           providers=run.providers)
     out: dict = {}
     try:

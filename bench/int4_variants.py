@@ -26,7 +26,7 @@ from bench.prompts import PROMPTS
 from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 from tritongen.model_build.int4 import quantize_int4
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 from tritongen.runtime.tokenizer import TextTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def texts(tokenizer: TextTokenizer) -> list[list[int]]:
 
 
 def logits(folder: Path, seqs: list[list[int]]) -> list[np.ndarray]:
-    decoder = SlotDecoder(folder / "1" / "model.onnx", 1, 512)
+    decoder = GqaDecoder(folder / "1" / "model.onnx", 1, 512)
     return [decoder.prefill(0, np.array([s], np.int64), 0, all_logits=True)[0][0].copy() for s in seqs]
 
 

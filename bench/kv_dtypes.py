@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tritongen.kv.codec import KV_DTYPES, codec
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 from tritongen.runtime.repository import onnx_path
 from tritongen.runtime.tokenizer import TextTokenizer
 
@@ -41,7 +41,7 @@ TEXTS = [
 def main() -> int:
     folder = ROOT / "model_repository" / "target_gqa"
     tok = TextTokenizer(folder)
-    dec = SlotDecoder(onnx_path(folder), max_slots=1, max_len=1024)
+    dec = GqaDecoder(onnx_path(folder), max_slots=1, max_len=1024)
     rows = {name: {"drift": [], "agree": 0, "n": 0} for name in KV_DTYPES}
     for text in TEXTS:
         ids = tok.encode(text)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.alternating import alternate, compare
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 from tritongen.runtime.repository import onnx_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ def main() -> None:
     )
     ap.add_argument("--passes", type=int, default=20)
     args = ap.parse_args()
-    decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=1, max_len=2 * args.chunk,
+    decoder = GqaDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=1, max_len=2 * args.chunk,
                           intra_op_threads=len(os.sched_getaffinity(0)))
     if not decoder.keeps_logits:
         raise SystemExit("target_gqa has no num_logits_to_keep input: rebuild it with `make models`")

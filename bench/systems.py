@@ -129,16 +129,16 @@ class RawLoop:
 
 
 class RawGqaLoop:
-    """The limit on the GroupQueryAttention variant: tritongen's SlotDecoder used directly, one KV buffer per
+    """The limit on the GroupQueryAttention variant: tritongen's GqaDecoder used directly, one KV buffer per
     layer bound through I/O binding as both past and present (a decode step writes only the new row), argmax,
     no scheduler. A batch of one prompt: prefilled once into slot 0, copied into the other slots. Threads
     pinned as the engine's are (pin_threads)."""
 
     def __init__(self, model_path: str, max_slots: int = 16, max_len: int = 2048, **_):
         from tritongen.runtime.cpu_threads import pin_calling_thread
-        from tritongen.runtime.kv_slots import SlotDecoder
+        from tritongen.runtime.gqa_decoder import GqaDecoder
 
-        self.decoder = SlotDecoder(Path(model_path), max_slots, max_len, _threads(), pin_threads=True)
+        self.decoder = GqaDecoder(Path(model_path), max_slots, max_len, _threads(), pin_threads=True)
         pin_calling_thread()
 
     def run(self, text: str, ids: list[int], n: int) -> dict:

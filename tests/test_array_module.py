@@ -13,7 +13,7 @@ import pytest
 from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig
 from tritongen.runtime.array_module import HOST, HostKvRefused, array_module, placement
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 from tritongen.triton.generator_settings import parse_settings
 
 CUDA_FIRST = ["CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -61,7 +61,7 @@ def test_the_generator_setting_reaches_the_engine_and_the_load_line_names_the_de
 
 
 def test_decode_writes_through_the_bound_pointers_and_pages_round_trip(tiny_folder):
-    decoder = SlotDecoder(tiny_folder / "1" / "model.onnx", max_slots=4, max_len=64, intra_op_threads=1)
+    decoder = GqaDecoder(tiny_folder / "1" / "model.onnx", max_slots=4, max_len=64, intra_op_threads=1)
     assert decoder.arrays is HOST
     ids = np.array([[5, 6, 7, 8, 9, 10]], np.int64)
     decoder.prefill(2, ids, 0)

@@ -8,7 +8,7 @@ import pytest
 
 from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
-from tritongen.runtime.kv_concat import ConcatSlotDecoder
+from tritongen.runtime.concat_decoder import ConcatDecoder
 
 PROMPTS = ["Hello world", "def add(a, b):", "The capital of France", "0123456789 abc", "Once upon a time there"]
 
@@ -35,7 +35,7 @@ def test_concat_fallback_matches_gqa_engine(tiny_folder, tiny_concat_folder, pag
     fallback = Engine(tiny_concat_folder, config())
     gqa = Engine(tiny_folder, config())
     try:
-        assert isinstance(fallback.decoder, ConcatSlotDecoder)
+        assert isinstance(fallback.decoder, ConcatDecoder)
         assert run_all(fallback, requests) == run_all(gqa, requests)
         if pages == 10:
             assert fallback.stats.preemptions >= 1

@@ -74,7 +74,7 @@ def foreign(request):
 def test_layout_and_kv_follow_the_folder(foreign):
     name = foreign.files.folder.name
     assert foreign.files.layout == ("genai" if "genai" in name else "optimum")
-    assert type(foreign.decoder).__name__ == ("SlotDecoder" if "genai" in name else "ConcatSlotDecoder")
+    assert type(foreign.decoder).__name__ == ("GqaDecoder" if "genai" in name else "ConcatDecoder")
     assert foreign.decoder.kv_dtype.__name__ == ("float16" if "fp16" in name else "float32")
 
 

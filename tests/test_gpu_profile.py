@@ -13,7 +13,7 @@ import onnxruntime as ort
 from bench.gpu_check import main
 from bench.gpu_profile import decode_copies, placed
 from tritongen.runtime.cpu_threads import session_options
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 
 
 def node(op: str, ts: int, provider: str = "CUDAExecutionProvider", shape=(1, 1), size: int = 8) -> dict:
@@ -42,7 +42,7 @@ def test_a_real_cpu_profile_has_its_decode_calls_and_no_copies(tiny_folder, tmp_
     options = session_options(1, False)
     options.enable_profiling = True
     options.profile_file_prefix = str(tmp_path / "profile")
-    decoder = SlotDecoder(tiny_folder / "1" / "model.onnx", 2, 64, intra_op_threads=1)
+    decoder = GqaDecoder(tiny_folder / "1" / "model.onnx", 2, 64, intra_op_threads=1)
     decoder.session = ort.InferenceSession(str(tiny_folder / "1" / "model.onnx"), options,
                                            providers=["CPUExecutionProvider"])
     decoder.prefill(0, np.arange(1, 9, dtype=np.int64)[None], 0)

@@ -15,7 +15,7 @@ import pytest
 from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest, SchedulerConfig
 from tritongen.runtime.decoder_runner import DecoderRunner
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 from tritongen.runtime.repository import onnx_path
 from tritongen.runtime.tokenizer import TextTokenizer
 
@@ -49,7 +49,7 @@ def test_gqa_slots_match_concat_model(model, request, tiny_folder, tiny_concat_f
     prompts = [tok.encode(t) for t in TEXTS]
     extra = [tok.encode(" and then")[:2] for _ in prompts]
     concat = DecoderRunner(onnx_path(concat_folder))
-    slots = SlotDecoder(onnx_path(gqa_folder), max_slots=4, max_len=128)
+    slots = GqaDecoder(onnx_path(gqa_folder), max_slots=4, max_len=128)
     worst = {}
 
     def check(kind, a, b):
@@ -103,7 +103,7 @@ def test_engine_asks_a_prompt_chunk_for_its_last_logits_only(tiny_folder):
         engine.close()
     prefills = [s for s in shapes if s[0] > 1]
     assert prefills == [(16, 1), (16, 1), (8, 1)], shapes  # three chunks of the 40-token prompt
-    slots = SlotDecoder(onnx_path(tiny_folder), max_slots=1, max_len=64)
+    slots = GqaDecoder(onnx_path(tiny_folder), max_slots=1, max_len=64)
     logits, _ = slots.prefill(0, np.array([list(range(3, 43))]), 0, all_logits=True)
     assert got[0] == int(logits[0, -1].argmax())
 

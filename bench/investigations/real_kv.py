@@ -12,17 +12,17 @@ import numpy as np
 
 from bench.prompts import long_prompts
 from tritongen.runtime.cpu_threads import pin_calling_thread
-from tritongen.runtime.kv_slots import SlotDecoder
+from tritongen.runtime.gqa_decoder import GqaDecoder
 from tritongen.runtime.repository import onnx_path
 from tritongen.runtime.tokenizer import TextTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def prefilled_decoder(rows: int, length: int) -> SlotDecoder:
+def prefilled_decoder(rows: int, length: int) -> GqaDecoder:
     """The served GQA model with threads pinned as the engine runs it (this thread too), `rows` distinct
     prompts of `length` tokens prefilled into its slots."""
-    decoder = SlotDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=rows, max_len=2048,
+    decoder = GqaDecoder(onnx_path(ROOT / "model_repository" / "target_gqa"), max_slots=rows, max_len=2048,
                           pin_threads=True)
     pin_calling_thread()
     tokenizer = TextTokenizer(ROOT / "model_repository" / "target")

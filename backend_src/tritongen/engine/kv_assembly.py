@@ -12,11 +12,12 @@ from ..kv.manager import ConnectorLink, KvManager, SessionLimits
 from ..kv.model_identity import model_identity
 from ..kv.open_connector import open_connector
 from ..kv.page_pool import PagePool
+from ..runtime.decoder import Decoder
 from ..runtime.model_folder import ModelFiles
 from .options import EngineConfig
 
 
-def assemble_kv(config: EngineConfig, files: ModelFiles, decoder, pool: PagePool,
+def assemble_kv(config: EngineConfig, files: ModelFiles, decoder: Decoder, pool: PagePool,
                 max_len: int) -> tuple[KvManager, KvCacheConnector]:
     model_id = _connector_model_id(config, files)
     connector = open_connector(config.kv_connector, model_id, config.kv_cache_dtype)
@@ -42,7 +43,8 @@ def _connector_model_id(config: EngineConfig, files: ModelFiles) -> str:
     return f"{cfg.model_id or files.folder.name}@{model_identity(files.onnx_file)}"
 
 
-def _connector_link(config: EngineConfig, decoder, connector: KvCacheConnector, model_id: str) -> ConnectorLink | None:
+def _connector_link(config: EngineConfig, decoder: Decoder, connector: KvCacheConnector,
+                    model_id: str) -> ConnectorLink | None:
     cfg = config.kv_connector
     if cfg.backend == "null":
         return None
@@ -52,7 +54,7 @@ def _connector_link(config: EngineConfig, decoder, connector: KvCacheConnector, 
                          (shape.num_layers, 2, shape.num_kv_heads, cfg.chunk_size, shape.head_dim))
 
 
-def measure_prefill_ms_per_token(decoder, tokens: int = 128) -> float:
+def measure_prefill_ms_per_token(decoder: Decoder, tokens: int = 128) -> float:
     """Prefill cost on this machine, the baseline a connector fetch must beat (slot 0 is still free)."""
     ids = np.arange(3, 3 + tokens, dtype=np.int64)[None] % decoder.shape.vocab_size
     decoder.prefill(0, ids, 0)  # warm-up

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..runtime.decoder import Decoder
 from ..runtime.model_folder import locate
 from ..runtime.open_decoder import open_slot_decoder
 from ..speculative.draft_model import DraftModelProposer
@@ -17,7 +18,7 @@ from .options import EngineConfig, GenerateOptions, InvalidOption
 
 
 class Speculation:
-    def __init__(self, config: EngineConfig, target_decoder, max_len: int, vocab_size: int):
+    def __init__(self, config: EngineConfig, target_decoder: Decoder, max_len: int, vocab_size: int):
         self.config = config
         self.proposers: dict[str, Proposer] = {"prompt_lookup": PromptLookupProposer()}
         runtime = (config.intra_op_threads, config.execution_providers or None, config.pin_threads)

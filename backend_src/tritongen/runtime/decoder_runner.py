@@ -1,4 +1,5 @@
-"""onnxruntime session over a decoder in the past/present convention."""
+"""onnxruntime sessions over decoder graphs: opening one with its signature checked, and calls in the
+past/present convention (the concat decoder's, and the tests' reference)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .cpu_threads import session_options
-from .decoder_signature import open_session, signature
+from .decoder_signature import DecoderSignature, open_session, signature
 
 
 def stack_kv(pairs, index, xp=np):
@@ -28,13 +29,20 @@ def default_providers() -> list[str]:
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
+def open_graph(model_path: Path, intra_op_threads: int = 0, providers: list[str] | None = None,
+               pin_threads: bool = False, head_dim: int | None = None,
+               vocab_size: int | None = None) -> tuple[ort.InferenceSession, DecoderSignature]:
+    """A decoder graph's session and what it takes and gives; ValueError naming the file if it cannot be served."""
+    options = session_options(intra_op_threads, pin_threads)
+    session = open_session(model_path, options, providers or default_providers())
+    return session, signature(session, Path(model_path), head_dim, vocab_size)
+
+
 class DecoderRunner:
     def __init__(self, model_path: Path, intra_op_threads: int = 0, providers: list[str] | None = None,
                  pin_threads: bool = False, head_dim: int | None = None, vocab_size: int | None = None):
-        options = session_options(intra_op_threads, pin_threads)
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = open_session(model_path, options, providers or default_providers())
-        sig = signature(self.session, Path(model_path), head_dim, vocab_size)
+        self.session, sig = open_graph(model_path, intra_op_threads, providers, pin_threads, head_dim, vocab_size)
+        self.signature = sig
         self.shape, self.kv_dtype, self.inputs = sig.shape, sig.kv_dtype, sig.inputs
         self.num_layers = sig.shape.num_layers
         self.output_names = [o.name for o in self.session.get_outputs()]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.decoder import Decoder
 from .proposer import Proposal, Proposer, draw, proposal
 
 CATCH_UP_CHUNK = 256
@@ -20,8 +21,8 @@ CATCH_UP_CHUNK = 256
 class DraftModelProposer(Proposer):
     keeps_slot_state = True
 
-    def __init__(self, decoder):
-        self.decoder = decoder  # a slot decoder (GQA or concat) over the draft model
+    def __init__(self, decoder: Decoder):
+        self.decoder = decoder  # over the draft model
         self.computed = [0] * decoder.max_slots  # tokens whose draft KV is valid, per slot
         self._base = [0] * decoder.max_slots
 

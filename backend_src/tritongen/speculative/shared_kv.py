@@ -11,27 +11,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.decoder import Decoder, KvBuffers
 from .heads_runtime import open_head, raw_matrix
 from .modes import SharedKvProposerConfig
 from .proposer import Proposer, draw, proposal
 
 
 class SharedKvProposer(Proposer):
-    def __init__(self, config: SharedKvProposerConfig, target_slots, threads: int = 0, providers=None,
+    def __init__(self, config: SharedKvProposerConfig, target: Decoder, threads: int = 0, providers=None,
                  pin_threads: bool = False):
-        if not hasattr(target_slots, "keys"):
+        if not isinstance(target, KvBuffers):
             raise ValueError("the shared-KV proposer needs the GroupQueryAttention target (slot KV buffers)")
         self.config = config
-        self.slots = target_slots
+        self.slots: KvBuffers = target
         self.session = open_head(config.assistant_model, threads, providers, pin_threads)
         self.embedding = raw_matrix(config.input_embedding_weights, config.vocab_size, config.backbone_hidden_size)
         self.hidden_outputs = (config.target_hidden_output,)
         for group in config.shared_kv:
             for layer in group.target_layers:
-                if not 0 <= layer < len(target_slots.keys):
+                if not 0 <= layer < len(target.keys):
                     raise ValueError(f"shared-KV group '{group.name}' binds target layer {layer}, "
-                                     f"but the target has {len(target_slots.keys)} layers")
-        self._check_kv_dtype(np.dtype(target_slots.kv_dtype))
+                                     f"but the target has {len(target.keys)} layers")
+        self._check_kv_dtype(np.dtype(target.kv_dtype))
 
     def _check_kv_dtype(self, kv_dtype: np.dtype) -> None:
         """The assistant reads the target's KV as it is (no cast per step): an fp16 target needs an fp16 assistant."""

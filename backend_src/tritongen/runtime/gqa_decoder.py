@@ -1,4 +1,5 @@
-"""The running batch's KV: one buffer per layer with a row (slot) per sequence.
+"""The decoder over GroupQueryAttention graphs; the running batch's KV in one buffer per layer, a row (slot)
+per sequence.
 
 The GroupQueryAttention decoder reads and writes KV in place when the same
 buffer is bound as its past and its present, so a decode step over slots
@@ -20,12 +21,11 @@ import numpy as np
 import onnxruntime as ort
 
 from .array_module import array_module
-from .cpu_threads import session_options
-from .decoder_runner import default_providers, stack_kv
-from .decoder_signature import open_session, signature
+from .decoder_base import DecoderBase
+from .decoder_runner import open_graph, stack_kv
 
 
-class SlotDecoder:
+class GqaDecoder(DecoderBase):
     # A decode call may cover any first rows: the rows after them are not touched.
     decodes_all_rows = False
     # Prompt chunks of one length in adjacent slots may run as one call, each row at its own past length.
@@ -34,30 +34,20 @@ class SlotDecoder:
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,
                  vocab_size: int | None = None, allow_host_kv: bool = False):
-        options = session_options(intra_op_threads, pin_threads)
-        self.session = open_session(model_path, options, providers or default_providers())
-        sig = signature(self.session, Path(model_path), head_dim, vocab_size)
+        session, sig = open_graph(model_path, intra_op_threads, providers, pin_threads, head_dim, vocab_size)
         if sig.layout != "slots":
             raise ValueError(f"{model_path} is not a GroupQueryAttention decoder")
-        self.shape, self.kv_dtype, self.logits_dtype = sig.shape, sig.kv_dtype, sig.logits_dtype
-        self.output_names = [o.name for o in self.session.get_outputs()]
+        super().__init__(session, sig, max_slots, max_len, array_module(session.get_providers(), allow_host_kv))
         # Models built here take num_logits_to_keep (0: every position); others always return every one.
         self.keeps_logits = "num_logits_to_keep" in sig.inputs
         self.mask_fed = "seqlens_k" not in sig.inputs  # onnxruntime-genai's graphs
         self.takes_positions = "position_ids" in sig.inputs
-        self.max_slots, self.max_len = max_slots, max_len
-        self.providers = self.session.get_providers()
-        self.arrays = array_module(self.providers, allow_host_kv)
         dims = (max_slots, self.shape.num_kv_heads, max_len, self.shape.head_dim)
         self.keys = [self.arrays.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
         self.values = [self.arrays.zeros(dims, self.kv_dtype) for _ in range(self.shape.num_layers)]
         self._pointers: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._logits: np.ndarray = np.empty(0, self.logits_dtype)
         self._columns = np.arange(max_len, dtype=np.int64)
-
-    def bytes_per_token(self) -> int:
-        s = self.shape
-        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * np.dtype(self.kv_dtype).itemsize
 
     def _kv_pointers(self, start: int, count: int) -> list[tuple[int, int]]:
         """Addresses of rows [start, start + count) of each layer's key and value buffers."""

@@ -1,4 +1,4 @@
-"""Slots over a concat past/present decoder (models exported elsewhere): the fallback layout.
+"""The decoder over concat past/present graphs (models exported elsewhere): the fallback layout.
 
 The running batch's KV is the batched past itself, left-padded to a common
 length T: row r holds its tokens in columns [T - len_r, T) and the
@@ -15,32 +15,26 @@ from pathlib import Path
 import numpy as np
 
 from .array_module import HOST
+from .decoder_base import DecoderBase
 from .decoder_runner import DecoderRunner, stack_kv
 
 
-class ConcatSlotDecoder:
+class ConcatDecoder(DecoderBase):
     # A decode call re-lays the batch as exactly its rows: it must cover every sequence's row.
     decodes_all_rows = True
     # A prompt chunk re-lays one row: chunks run one call each.
     prefills_rows = False
-    # The batched past is fed as numpy arrays: host memory whatever the provider (the fallback layout).
-    arrays = HOST
 
     def __init__(self, model_path: Path, max_slots: int, max_len: int, intra_op_threads: int = 0,
                  providers: list[str] | None = None, pin_threads: bool = False, head_dim: int | None = None,
                  vocab_size: int | None = None):
         self.runner = DecoderRunner(model_path, intra_op_threads, providers, pin_threads, head_dim, vocab_size)
-        self.providers = self.runner.session.get_providers()
-        self.shape, self.kv_dtype = self.runner.shape, self.runner.kv_dtype
-        self.max_slots, self.max_len = max_slots, max_len
+        # The batched past is fed as numpy arrays: host memory whatever the provider (the fallback layout).
+        super().__init__(self.runner.session, self.runner.signature, max_slots, max_len, HOST)
         s = self.shape
         empty: np.ndarray = np.zeros((0, s.num_kv_heads, 0, s.head_dim), self.kv_dtype)
         self.past: list[list[np.ndarray]] = [[empty, empty] for _ in range(s.num_layers)]
         self.lengths: list[int] = []  # valid tokens per row
-
-    def bytes_per_token(self) -> int:
-        s = self.shape
-        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * np.dtype(self.kv_dtype).itemsize
 
     @property
     def width(self) -> int:
@@ -91,10 +85,11 @@ class ConcatSlotDecoder:
         self.lengths = [n + 1 for n in past_lengths]
         return logits, {k: extras[k] for k in extra_outputs}
 
-    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int, extra_outputs: tuple[str, ...] = (),
-                all_logits: bool = False) -> tuple[np.ndarray, dict]:
+    def prefill(self, slot: int, input_ids: np.ndarray, past_len: int | np.ndarray,
+                extra_outputs: tuple[str, ...] = (), all_logits: bool = False) -> tuple[np.ndarray, dict]:
         """A prompt chunk on one slot whose first `past_len` tokens are already computed; logits of every
         position whatever `all_logits` says (the concat layout has no way to leave some out)."""
+        past_len = int(np.asarray(past_len).item())  # one row: its past length, as an int or a one-row array
         rows = max(len(self.lengths), slot + 1)
         lengths = self.lengths + [0] * (rows - len(self.lengths))
         lengths[slot] = min(lengths[slot], past_len)
