@@ -7,7 +7,7 @@ import queue
 import pytest
 
 from tritongen.engine.engine import Engine
-from tritongen.engine.harness import decode_groups, generate_scheduled
+from tritongen.engine.harness import generate_scheduled, record_decode_groups
 from tritongen.engine.options import (
     EngineConfig,
     FinishReason,
@@ -62,9 +62,10 @@ def run_concurrently(engine: Engine, requests: list[GenerateRequest], **submit_k
 def test_sixteen_concurrent_greedy_requests_match_solo_runs(model, request):
     engine = request.getfixturevalue(model)
     requests = [GenerateRequest(prompt(i, 3 + 2 * i), greedy(12)) for i in range(16)]
+    groups = record_decode_groups(engine)
     results, handles = run_concurrently(engine, requests)
     ids = {h.request_id for h in handles}
-    together = max(len(ids.intersection(step)) for step in decode_groups(engine))
+    together = max(len(ids.intersection(step)) for step in groups)
     print(f"{model}: at most {together} of 16 requests decoded in one step")
     assert together >= 8
     for i, (req, res) in enumerate(zip(requests, results)):

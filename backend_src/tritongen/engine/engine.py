@@ -3,9 +3,11 @@
 One engine thread owns the model, the slot KV and the page pool. Each step
 decodes one token for every running sequence in one batched call and
 spends the rest of the token budget on prompt chunks (batch-1 calls into
-the sequence's own slot). Callers submit from any thread and receive
-tokens through callbacks run on the engine thread; a callback that raises
-aborts its own request only.
+the sequence's own slot). A step is four calls, each handing plain data to
+the next: the scheduler decides, the model runner computes, the scheduler's
+update writes the results into the requests, the output processor tells the
+callers. Callers submit from any thread and receive tokens through callbacks
+run on the engine thread; a callback that raises aborts its own request only.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..kv.codec import codec
 from ..kv.event_publisher import ZmqEventPublisher
@@ -35,7 +37,6 @@ from .memory_budget import check_kv_fits
 from .model_runner import ModelRunner
 from .options import (
     EngineConfig,
-    FinishReason,
     GenerateOptions,
     GenerateRequest,
     GenerateResult,
@@ -43,12 +44,13 @@ from .options import (
     InvalidOption,
     Priority,
 )
-from .output_processor import deliver_done
+from .output_processor import OutputProcessor, deliver_done
 from .sampling import RequestSampler
 from .scheduler import Scheduler
 from .sequence import DoneCallback, Sequence, Status, TokenCallback
 from .snapshot import EngineSnapshot
 from .speculation import Speculation
+from .step_records import RunnerOutput, SchedulerOutput
 from .stopping import StopChecker
 
 if TYPE_CHECKING:
@@ -61,7 +63,6 @@ class EngineStopped(RuntimeError):
 
 class EngineOverloaded(RuntimeError):
     """More requests wait for admission than max_queue_len allows; the caller should retry later."""
-
 
 @dataclass
 class RequestHandle:
@@ -100,8 +101,6 @@ class EngineStats:
     verify_calls: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
-    # Recent steps: the request ids decoded together (bounded; tests and benchmarks read it).
-    decode_log: deque = field(default_factory=lambda: deque(maxlen=4096))
 
 
 class Engine:
@@ -132,13 +131,15 @@ class Engine:
         self.pool = PagePool(self.config.num_gpu_pages, self.config.page_size, shape.num_layers,
                              shape.num_kv_heads, shape.head_dim, self.config.kv_cache_dtype)
         self.kv, self.connector = assemble_kv(self.config, self.files, self.decoder, self.pool, self.max_len)
-        self.scheduler = Scheduler(self.config.scheduler, self.kv)
+        self.scheduler = Scheduler(self.config.scheduler, self.kv, self.config.speculative_disable_by_batch_size)
         self.speculation = Speculation(self.config, self.decoder, self.max_len, self.vocab_size)
-        self.scheduler.slot_listeners = self.speculation.slot_listeners
+        self.kv.slot_listeners = list(self.speculation.slot_listeners)
         self.stats = EngineStats()
         self.on_step = lambda engine: None  # metrics hook, called on the engine thread after each step
         self.on_death = lambda error: None  # called once if the engine thread dies (the server reports unhealthy)
-        self.fault_at_next_step = False  # set by harness.kill_engine_thread, for tests
+        # Called on the engine thread after each step with its scheduler and runner outputs, for drivers and
+        # observers; one that raises stops the engine thread, which is reported as its death.
+        self.step_listeners: list[Callable[[SchedulerOutput, RunnerOutput], None]] = []
         self._ids = itertools.count(1)
         self._arrivals = itertools.count()
         self._inbox: deque[Sequence] = deque()
@@ -151,8 +152,8 @@ class Engine:
         self.error: BaseException | None = None
         self._compiler: ConstraintCompiler | None = None
         self.masks = MaskComputer(self.vocab_size)
-        self.runner = ModelRunner(self.decoder, self.kv, self.masks, self.vocab_size, self.stats,
-                                  self.config.speculative_disable_by_batch_size)
+        self.runner = ModelRunner(self.decoder, self.kv, self.masks, self.vocab_size, self.stats)
+        self.output = OutputProcessor(self._forget)
         try:  # bound last: nothing after it can fail and leave its sockets open
             self.kv_events = ZmqEventPublisher(self.config.kv_events) if self.config.kv_events.enabled else None
         except ValueError:
@@ -325,7 +326,7 @@ class Engine:
             pin_calling_thread()
         try:
             while self._take_inbox():
-                self._step()
+                self._stepped(*self._step())
         except BaseException as exc:  # noqa: BLE001 - reported to every waiting request
             self.error = exc
         finally:
@@ -357,47 +358,32 @@ class Engine:
             self.stats.steps = max(self.stats.steps, next_arrival)  # idle: jump to the next arrival
         return True
 
-    def _step(self) -> None:
-        if self.fault_at_next_step:
-            raise RuntimeError("injected engine fault")
-        sched = self.scheduler
-        for seq in [s for s in sched.running + sched.waiting + sched.not_arrived if s.cancel_requested]:
-            self._finish(seq, FinishReason.CANCELLED)
-        plan = sched.schedule(self.stats.steps)
-        self.stats.preemptions = sched.num_preemptions
-        for seq in plan.out_of_pages:
-            self._finish(seq, RuntimeError("the KV page pool has no page left for this sequence"))
-        if not (plan.decode or plan.prefill) and sched.waiting:
-            self.stats.empty_steps += 1  # requests wait and nothing ran: admission is stuck
-        for seq, outcome in self.runner.run(plan, sched.running):
-            self._finish(seq, outcome)
+    def _step(self) -> tuple[SchedulerOutput, RunnerOutput]:
+        plan = self.scheduler.schedule(self.stats.steps)
+        output = self.runner.execute(plan)
+        update = self.scheduler.update_from_output(plan, output)
+        self.output.process(update)
+        return plan, output
+
+    def _stepped(self, plan: SchedulerOutput, output: RunnerOutput) -> None:
+        """After a step: counters, the prefix cache's page events, the hooks."""
+        for listener in list(self.step_listeners):
+            listener(plan, output)
+        sched, stats = self.scheduler, self.stats
+        stats.preemptions, stats.empty_steps = sched.num_preemptions, sched.empty_steps
         if self.kv_events is not None:
             self.kv_events.publish(self.kv.cache.take_events())
-        self.stats.steps += 1
+        stats.steps += 1
         self.on_step(self)
 
-    def _finish(self, seq: Sequence, outcome) -> None:
-        """End a sequence with a FinishReason, or fail it with an exception."""
-        sched = self.scheduler
-        if seq.status == Status.FINISHED:
-            return
-        if seq.status == Status.RUNNING:
-            keep = (seq.session_id is not None and not seq.end_session and isinstance(outcome, FinishReason)
-                    and outcome != FinishReason.CANCELLED)  # a cancelled turn does not extend its session
-            sched.remove(seq, keep_session=keep)
-        else:
-            (sched.waiting if seq in sched.waiting else sched.not_arrived).remove(seq)
-            if seq.session_id and seq.end_session:
-                self.kv.close_session(seq.session_id)
-        if isinstance(outcome, FinishReason):
-            self._notify(seq, seq.result(outcome), None)
-        else:
-            self._notify(seq, None, outcome)
-
-    def _notify(self, seq: Sequence, result, error) -> None:
-        seq.status = Status.FINISHED
+    def _forget(self, seq: Sequence) -> None:
+        """A request ended: no longer live, its session free for the next turn."""
         with self._wake:
             self._live.pop(seq.request_id, None)
             if seq.session_id is not None:
                 self._sessions_in_flight.discard(seq.session_id)
+
+    def _notify(self, seq: Sequence, result, error) -> None:
+        seq.status = Status.FINISHED
+        self._forget(seq)
         deliver_done(seq, result, error)

@@ -35,12 +35,18 @@ def generate_scheduled(engine: Engine, arrivals: list[ScheduledGenerateArrival])
     return results
 
 
-def decode_groups(engine: Engine) -> deque:
-    """The request ids of each recent decode call (bounded): which requests were batched together."""
-    return engine.stats.decode_log
+def record_decode_groups(engine: Engine, maxlen: int = 4096) -> deque:
+    """From now on, the request ids of each batched decode call (bounded): which requests decoded together."""
+    groups: deque = deque(maxlen=maxlen)
+    engine.step_listeners.append(lambda plan, output: groups.append(output.decoded_together)
+                                 if output.decoded_together else None)
+    return groups
 
 
 def kill_engine_thread(engine: Engine) -> None:
-    """The engine thread dies at its next step: how tests prove a dead engine is reported, not hung."""
-    engine.fault_at_next_step = True
+    """The engine thread dies after its next step: how tests prove a dead engine is reported, not hung."""
+    def fault(plan, output) -> None:
+        raise RuntimeError("injected engine fault")
+
+    engine.step_listeners.append(fault)
     engine.wake()

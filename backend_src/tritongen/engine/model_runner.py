@@ -1,15 +1,26 @@
-"""One step's model work: the scheduler's plan in, the sequences it ended out.
+"""One step's model work: the scheduler's output in, what each request's part of the calls produced out.
 
-Decode rows run in one batched call over the slot KV (rows with a proposal
-are verified instead, one call each). Prompt chunks of one length in adjacent
+The listed KV copies come first (slot moves, releases, prefix loads). Decode
+rows run in one batched call over the slot KV (rows with a proposal are
+verified instead, one call each). Prompt chunks of one length in adjacent
 slots share calls where the slot decoder can: fresh prompts as one call, and
 chunks after a cached prefix (GroupQueryAttention takes a multi-token chunk
 over a past for one row only) as one single-token call per position when
 that is fewer calls than one per row; requests that arrive together with a
 shared prefix have the same few tokens left. Otherwise each chunk is its own
-call. Constraint masks are computed beside the model call. Each chosen token
-goes through the output processor; a failure in one request's part of the
-step (its proposer, its constraint, its callback) ends that request alone.
+call. Constraint masks are computed beside the model call. A failure in one
+request's part of the step (its proposer, its constraint) fails that request
+alone. Sampling is done here, so each request's sampler (its random
+generator, its token counts for penalties) advances here; everything else of
+a request is written by the scheduler's update.
+
+Constrained rows under speculation: the runner advances the request's matcher
+through the drafted tokens it accepts, so the mask at each drafted position
+is the one the tokens before it leave, and rolls it back before returning;
+the update then consumes the tokens it keeps. Computing the masks up front
+would need a mask per draft prefix before knowing which prefix survives, and
+would waste the masks after the first rejection; rolling back costs a
+consume per accepted token.
 """
 
 from __future__ import annotations
@@ -21,77 +32,62 @@ import numpy as np
 from ..kv.manager import KvManager
 from ..speculative.proposer import Proposal
 from .constraints import MaskComputer, allowed_tokens
-from .output_processor import emit
 from .sampling import TokenChoice
-from .scheduler import StepPlan
 from .sequence import Sequence
-from .step_outcomes import StepOutcomes
+from .step_records import RowOutput, RunnerOutput, SchedulerOutput
 
 if TYPE_CHECKING:
     from llguidance import LLMatcher
 
 
 class ModelRunner:
-    def __init__(self, decoder, kv: KvManager, masks: MaskComputer, vocab_size: int, stats,
-                 speculative_disable_by_batch_size: int = 0):
+    def __init__(self, decoder, kv: KvManager, masks: MaskComputer, vocab_size: int, stats):
         self.decoder = decoder
         self.kv = kv
         self.masks = masks
         self.vocab_size = vocab_size
         self.stats = stats  # EngineStats: decode, verification and draft counters
-        self.speculation_limit = speculative_disable_by_batch_size  # 0: no limit
 
-    def run(self, plan: StepPlan, running: list[Sequence]) -> StepOutcomes:
-        """`running` is the batch in slot order (a decode call spans the slots up to its last decoding row)."""
-        outcomes = StepOutcomes()
+    def execute(self, plan: SchedulerOutput) -> RunnerOutput:
+        self.kv.apply(plan.kv_ops)
+        output = RunnerOutput()
+        by_id = {s.request_id: s for s in plan.batch}
         if plan.decode:
-            self._decode(plan.decode, running, plan.spare_tokens, outcomes)
-        for group, n in _chunk_calls(plan.prefill, self.decoder.prefills_rows):
+            self._decode([by_id[i] for i in plan.decode], plan, output)
+        chunks = [(by_id[i], n) for i, n in plan.prefill]
+        for group, n in _chunk_calls(chunks, self.decoder.prefills_rows):
             try:
-                self._prefill(group, n, outcomes)
+                self._prefill(group, n, output)
             except Exception as exc:  # noqa: BLE001 - the model call failed: its rows fail, the engine goes on
                 for seq in group:
-                    outcomes.end(seq, exc)
-        return outcomes
+                    output.fail(seq.request_id, exc)
+        return output
 
-    def _decode(self, rows: list[Sequence], running: list[Sequence], spare_tokens: int,
-                outcomes: StepOutcomes) -> None:
-        proposals = self._propose(rows, spare_tokens, outcomes)
-        plain = [s for s in rows if s.request_id not in proposals and not outcomes.ended(s)]
+    def _decode(self, rows: list[Sequence], plan: SchedulerOutput, output: RunnerOutput) -> None:
+        proposals = self._propose(rows, plan, output)
+        plain = [s for s in rows if s.request_id not in proposals and s.request_id not in output.failed]
         if plain:
             try:
-                self._decode_batch(plain, running, outcomes)
+                self._decode_batch(plain, plan.batch, output)
             except Exception as exc:  # noqa: BLE001 - the model call failed: its rows fail, the engine goes on
                 for seq in plain:
-                    outcomes.end(seq, exc)
+                    output.fail(seq.request_id, exc)
         for seq in rows:
             if seq.request_id in proposals:
-                self._guarded(seq, outcomes, self._verify, seq, proposals[seq.request_id], outcomes)
+                try:
+                    self._verify(seq, proposals[seq.request_id], output)
+                except Exception as exc:  # noqa: BLE001 - this request fails alone
+                    output.fail(seq.request_id, exc)
 
-    @staticmethod
-    def _guarded(seq: Sequence, outcomes: StepOutcomes, fn, *args) -> None:
-        """Run one request's part of a step; an exception (processor, constraint, proposer) fails it alone."""
-        try:
-            fn(*args)
-        except Exception as exc:  # noqa: BLE001
-            outcomes.end(seq, exc)
-
-    def _propose(self, rows: list[Sequence], spare_tokens: int, outcomes: StepOutcomes) -> dict[int, Proposal]:
-        """Draft tokens for speculating rows, by request id; a row whose proposer fails fails alone.
-
-        A proposer that is behind (a draft model that has not seen the prompt) catches up within the
-        step's spare token budget first; until it has, its row decodes plainly. Above the batch size where
-        speculation stops paying, every row decodes plainly (their proposers' inputs stay current).
-        """
+    def _propose(self, rows: list[Sequence], plan: SchedulerOutput, output: RunnerOutput) -> dict[int, Proposal]:
+        """Draft tokens for the rows the scheduler let speculate, by request id; a row whose proposer fails
+        fails alone. A proposer that is behind (a draft model that has not seen the prompt) catches up within
+        the step's spare token budget first; until it has, its row decodes plainly."""
         proposals: dict[int, Proposal] = {}
-        if self.speculation_limit and len(rows) > self.speculation_limit:
-            return proposals
+        spare_tokens = plan.spare_tokens
         for seq in rows:
-            if seq.proposer is None:
-                continue
-            room = min(seq.spec_k, seq.stopper.options.max_new_tokens - seq.num_generated - 1,
-                       seq.stopper.context_limit - len(seq.tokens) - 1)
-            if room <= 0:
+            room = plan.speculate.get(seq.request_id, 0)
+            if seq.proposer is None or room <= 0:
                 continue
             try:
                 behind = seq.proposer.behind(seq)
@@ -102,18 +98,18 @@ class ModelRunner:
                         continue
                 proposal = seq.proposer.propose(seq, room)
             except Exception as exc:  # noqa: BLE001 - this request fails alone
-                outcomes.end(seq, exc)
+                output.fail(seq.request_id, exc)
                 continue
-            if proposal and proposal.tokens and self.kv.reserve(seq, seq.num_computed + 1 + len(proposal.tokens)):
+            if proposal and proposal.tokens:
                 proposals[seq.request_id] = proposal
         return proposals
 
-    def _decode_batch(self, rows: list[Sequence], running: list[Sequence], outcomes: StepOutcomes) -> None:
+    def _decode_batch(self, rows: list[Sequence], batch: list[Sequence], output: RunnerOutput) -> None:
         # Up to the last decoding row: rows after it (prompts still prefilling) are left out of the call.
-        width = len(running) if self.decoder.decodes_all_rows else 1 + max(_slot(s) for s in rows)
+        width = len(batch) if self.decoder.decodes_all_rows else 1 + max(_slot(s) for s in rows)
         ids = np.zeros((width, 1), np.int64)
         seqlens = np.empty(width, np.int32)
-        for slot, seq in enumerate(running[:width]):
+        for slot, seq in enumerate(batch[:width]):
             # A row not decoding in this call gets a dummy token at its next position:
             # its own prompt chunk or verification overwrites it, and nothing reads it before.
             seqlens[slot] = seq.num_computed
@@ -123,63 +119,74 @@ class ModelRunner:
         masks = self.masks.start(_matchers(constrained)) if constrained else None  # runs beside the model
         hidden_names = _hidden_names(rows)
         logits, extras = self.decoder.decode(ids, seqlens, hidden_names)
-        for seq in rows if hidden_names else ():
-            seq.hidden = {n: extras[n][seq.slot, 0].copy() for n in seq.proposer.hidden_outputs} if seq.proposer else {}
         allowed = self._allowed(constrained, masks)
-        broken = [s for s in constrained if s.request_id not in allowed]
-        for seq in broken:  # their matcher failed while the masks were computed: they fail, the others go on
-            outcomes.end(seq, _constraint_failed(seq))
-        rows = [s for s in rows if s not in broken]
+        for seq in constrained:  # their matcher failed while the masks were computed: they fail, the others go on
+            if seq.request_id not in allowed:
+                output.fail(seq.request_id, _constraint_failed(seq))
+        rows = [s for s in rows if s.request_id not in output.failed]
         self.stats.decode_steps += 1
-        self.stats.decode_log.append(tuple(s.request_id for s in rows))
+        output.decoded_together = tuple(s.request_id for s in rows)
         greedy = [s for s in rows if s.sampler.plain_greedy()]
         best = np.argmax(logits[:, 0], axis=-1) if greedy else None  # every row: cheaper than gathering
-        step = self.stats.steps
         for seq in rows:
-            seq.num_computed += 1
-            self.kv.commit_full_pages(seq)
+            slot = _slot(seq)
+            hidden = None
+            if hidden_names:
+                own = seq.proposer.hidden_outputs if seq.proposer is not None else ()
+                hidden = {n: extras[n][slot, 0].copy() for n in own}
             if best is not None and seq.sampler.plain_greedy():
-                token = int(best[seq.slot])
+                token = int(best[slot])
                 seq.sampler.record(token)
-                emit(seq, TokenChoice(token, None), step, outcomes)
+                choice = TokenChoice(token, None)
             else:
-                self._guarded(seq, outcomes, self._choose_and_emit, seq, logits[seq.slot, 0],
-                              allowed.get(seq.request_id), outcomes)
+                try:
+                    choice = seq.sampler.choose(logits[slot, 0], allowed.get(seq.request_id))
+                except Exception as exc:  # noqa: BLE001 - this request fails alone
+                    output.fail(seq.request_id, exc)
+                    continue
+            output.rows[seq.request_id] = RowOutput([choice], 1, hidden)
 
-    def _choose_and_emit(self, seq: Sequence, logits: np.ndarray, allowed, outcomes: StepOutcomes) -> None:
-        emit(seq, seq.sampler.choose(logits, allowed), self.stats.steps, outcomes)
-
-    def _verify(self, seq: Sequence, proposal: Proposal, outcomes: StepOutcomes) -> None:
+    def _verify(self, seq: Sequence, proposal: Proposal, output: RunnerOutput) -> None:
         """Run the last token and the k proposals in one call; keep the longest agreeing prefix plus one."""
         proposer = seq.proposer
         assert proposer is not None  # only a speculating row has a proposal
         start, k = seq.num_computed, len(proposal.tokens)
         ids = np.array([[seq.tokens[-1], *proposal.tokens]], np.int64)
-        logits, extras = self.decoder.prefill(seq.slot, ids, start, proposer.hidden_outputs, all_logits=True)
+        logits, extras = self.decoder.prefill(_slot(seq), ids, start, proposer.hidden_outputs, all_logits=True)
         rows = logits[0].copy()
         self.stats.verify_calls += 1
-        accepted = 0
-        for i in range(k + 1):
-            seq.num_computed = start + 1 + i  # KV is valid through ids[i]
-            allowed = self._mask(seq)
-            if i < k:
-                q = proposal.probs[i] if proposal.probs is not None else None
-                choice = seq.sampler.verify(rows[i], allowed, proposal.tokens[i], q)
-            else:
-                choice = seq.sampler.choose(rows[i], allowed)
-            emit(seq, choice, self.stats.steps, outcomes)
-            seq.hidden = {n: extras[n][0, i].copy() for n in extras}
-            if outcomes.ended(seq) or i == k or choice.token_id != proposal.tokens[i]:
-                break
-            accepted += 1
-        seq.drafted += k
-        seq.accepted += accepted
+        choices: list[TokenChoice] = []
+        hidden: dict = {}
+        consumed = 0  # drafted tokens the matcher advanced through, rolled back below
+        try:
+            for i in range(k + 1):
+                allowed = self._mask(seq)
+                if i < k:
+                    q = proposal.probs[i] if proposal.probs is not None else None
+                    choice = seq.sampler.verify(rows[i], allowed, proposal.tokens[i], q)
+                else:
+                    choice = seq.sampler.choose(rows[i], allowed)
+                choices.append(choice)
+                hidden = {n: extras[n][0, i].copy() for n in extras}
+                if i == k or choice.token_id != proposal.tokens[i] or _ends(seq, choice.token_id):
+                    break
+                if seq.matcher is not None:
+                    if not seq.matcher.consume_token(choice.token_id):
+                        break  # the update's own consume fails the request at this token
+                    consumed += 1
+                    if seq.matcher.is_stopped():
+                        break  # the constraint is complete: no mask exists for the next position
+        finally:
+            if consumed:
+                assert seq.matcher is not None  # only a matcher was advanced
+                seq.matcher.rollback(consumed)
+        accepted = len(choices) - 1
         self.stats.drafted_tokens += k
         self.stats.accepted_tokens += accepted
-        self.kv.commit_full_pages(seq)
         proposer.accepted(seq, accepted, k)
+        output.rows[seq.request_id] = RowOutput(choices, len(choices), hidden, k, accepted)
 
-    def _prefill(self, group: list[Sequence], n: int, outcomes: StepOutcomes) -> None:
+    def _prefill(self, group: list[Sequence], n: int, output: RunnerOutput) -> None:
         """The next `n` prompt tokens of each sequence in `group` (adjacent slots), in one call."""
         starts = np.array([s.num_computed for s in group], np.int32)
         chunk = np.array([s.tokens[s.num_computed:s.num_computed + n] for s in group], np.int64)
@@ -191,15 +198,17 @@ class ModelRunner:
         allowed = self._allowed(constrained, masks)
         for row, (seq, sampled) in enumerate(zip(group, samples)):
             if seq in constrained and seq.request_id not in allowed:
-                outcomes.end(seq, _constraint_failed(seq))
+                output.fail(seq.request_id, _constraint_failed(seq))
                 continue
             own = seq.proposer.hidden_outputs if sampled and seq.proposer is not None else ()
-            seq.hidden = {name: extras[name][row, -1].copy() for name in own}
-            seq.num_computed += n
-            self.kv.commit_full_pages(seq)
+            result = RowOutput(computed=n, hidden={name: extras[name][row, -1].copy() for name in own})
             if sampled:
-                self._guarded(seq, outcomes, self._choose_and_emit, seq, logits[row, -1],
-                              allowed.get(seq.request_id), outcomes)
+                try:
+                    result.choices.append(seq.sampler.choose(logits[row, -1], allowed.get(seq.request_id)))
+                except Exception as exc:  # noqa: BLE001 - this request fails alone
+                    output.fail(seq.request_id, exc)
+                    continue
+            output.rows[seq.request_id] = result
 
     def _run_chunk(self, slot: int, chunk: np.ndarray, starts: np.ndarray,
                    hidden_names: tuple[str, ...]) -> tuple[np.ndarray, dict]:
@@ -282,3 +291,8 @@ def _constraint_failed(seq: Sequence) -> RuntimeError:
 def _hidden_names(rows: list[Sequence]) -> tuple[str, ...]:
     names = {n for s in rows if s.proposer is not None for n in s.proposer.hidden_outputs}
     return tuple(sorted(names))
+
+
+def _ends(seq: Sequence, token: int) -> bool:
+    """A token after which verification goes no further: it ends the request whatever follows (EOS)."""
+    return seq.stopper.options.stop_on_eos and token in seq.stopper.eos_token_ids

@@ -67,6 +67,7 @@ class Sequence:
     chunks_stored: int = 0  # leading prompt chunks the connector already holds
     num_preemptions: int = 0
     cancel_requested: bool = False
+    callback_error: Exception | None = None  # the caller's token callback raised: the next step ends it
     created_at: float = field(default_factory=time.monotonic)
     waiting_since: float = field(default_factory=time.monotonic)  # last entry into the queue
     waited: float = 0.0  # seconds spent in the queue before the current wait (priority aging)

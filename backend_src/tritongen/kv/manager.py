@@ -7,6 +7,11 @@ slot once it is full, then registered in the prefix trie so later requests
 A finished session keeps its pages pinned, partial last page included, within
 bounds: pages per session, pages over all sessions (least recently used pins
 go first), and an idle time after which a pin is released.
+
+Every copy between slot rows and the store is listed as a slot operation
+(slot_ops) rather than done: the scheduler decides, the model runner copies
+before its model calls, and what the scheduler decides after a step is
+copied before the step ends (`apply`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from .connector import CachePriority, KvCacheConnector, KvCacheKey, KvStoreEntry
 from .kv_events import BlockStored, page_hashes
 from .page_pool import PagePool
 from .prefix_cache import Node, PrefixCache
-from .protocols import PagedSequence, SlotRows
+from .protocols import PagedSequence, SlotListener, SlotRows
+from .slot_ops import LoadChunk, LoadPage, MoveSlot, ReleaseSlot, SavePage, SlotOp, StoreChunk
 
 
 @dataclass
@@ -61,12 +67,45 @@ class KvManager:
         self.session_limits = session_limits or SessionLimits(pool.num_pages, pool.num_pages, float("inf"))
         self.cache = PrefixCache(pool)
         self.slots = slots
+        self.slot_listeners: list[SlotListener] = []  # per-slot state beside the KV (speculative proposers)
+        self.ops: list[SlotOp] = []  # copies decided and not yet performed, in order
         self.link = link
         self.sessions: OrderedDict[str, SessionPin] = OrderedDict()
         # unavailable: a lookup missed because the connector is not healthy (a remote store down, backing off).
         self.connector_stats = {"hit_cpu": 0, "hit_disk": 0, "hit_redis": 0, "miss": 0, "unavailable": 0,
                                 "fetched_bytes": 0, "decided_fetch": 0, "decided_recompute": 0, "fetch_failed": 0,
                                 "stored_chunks": 0}
+
+    def take_ops(self) -> list[SlotOp]:
+        ops, self.ops = self.ops, []
+        return ops
+
+    def apply(self, ops: list[SlotOp]) -> None:
+        """Perform listed copies in their order; each reads its source now."""
+        for op in ops:
+            if isinstance(op, LoadPage):
+                self.slots.write(op.slot, op.start, self.pool.read(op.page, op.num_tokens))
+            elif isinstance(op, LoadChunk):
+                self.slots.write(op.slot, op.start, op.kv)
+            elif isinstance(op, SavePage):
+                self.pool.write(op.page, self.slots.read(op.slot, op.start, op.end))
+            elif isinstance(op, StoreChunk):
+                kv = self.slots.read(op.slot, op.start, op.start + op.key.num_tokens)
+                assert self.link is not None  # only a linked manager lists connector stores
+                self.link.connector.store(KvStoreEntry(op.key, kv, op.priority, op.blocks))
+            elif isinstance(op, MoveSlot):
+                self.slots.move(op.src, op.dst, op.length)
+                for listener in self.slot_listeners:
+                    listener.move(op.src, op.dst, op.length)
+            else:
+                for listener in self.slot_listeners:
+                    listener.release(op.slot)
+
+    def vacate(self, slot: int, last_slot: int | None, length: int) -> None:
+        """A sequence left `slot`; the batch's last row (at `last_slot`, `length` tokens) moves into it."""
+        self.ops.append(ReleaseSlot(slot))
+        if last_slot is not None:
+            self.ops.append(MoveSlot(last_slot, slot, length))
 
     @property
     def page_size(self) -> int:
@@ -118,14 +157,15 @@ class KvManager:
         return sum(1 for page, n in pins.items() if page not in held and self.pool.refcount[page] == n)
 
     def admit(self, seq: PagedSequence, slot: int) -> bool:
-        """Place a sequence in `slot`: copy in the KV that exists, reserve pages for the rest of its prompt.
+        """Place a sequence in `slot`: list the copies of the KV that exists, reserve pages for the rest of its
+        prompt.
 
         False, with nothing held, only if `can_admit` was wrong (the engine counts it; tests expect none).
         """
         pages, reused, source = self.reusable(seq)
         for i, page in enumerate(pages):
             start = i * self.page_size
-            self.slots.write(slot, start, self.pool.read(page, min(self.page_size, reused - start)))
+            self.ops.append(LoadPage(slot, start, page, min(self.page_size, reused - start)))
         if isinstance(source, SessionPin):
             assert seq.session_id is not None  # a pin is only looked up under the sequence's session id
             del self.sessions[seq.session_id]
@@ -186,7 +226,7 @@ class KvManager:
             stats["fetched_bytes"] += location.size_bytes  # as stored: the page dtype, compressed or not
             start = self._start(key, link)
             reused = min(start + key.num_tokens, limit)
-            self.slots.write(slot, start, fetched.kv[:, :, :, :reused - start])
+            self.ops.append(LoadChunk(slot, start, fetched.kv[:, :, :, :reused - start]))
             seq.chunks_stored = max(seq.chunks_stored, key.chunk_index + 1)  # already held by the connector
         return reused
 
@@ -200,8 +240,7 @@ class KvManager:
         for key, location in zip(offered, link.connector.lookup_batch(offered)):
             if not location.found:
                 start = self._start(key, link)
-                kv = self.slots.read(slot, start, start + key.num_tokens)
-                link.connector.store(KvStoreEntry(key, kv, link.store_priority, self._chunk_blocks(seq, key, start)))
+                self.ops.append(StoreChunk(key, slot, start, link.store_priority, self._chunk_blocks(seq, key, start)))
                 self.connector_stats["stored_chunks"] += 1
         seq.chunks_stored += len(ready)
 
@@ -238,7 +277,7 @@ class KvManager:
     # ---- while running -------------------------------------------------------
 
     def commit_full_pages(self, seq: PagedSequence) -> None:
-        """Copy newly completed pages from the slot to the store and offer them to the prefix trie."""
+        """List the copies of newly completed pages from the slot to the store; offer them to the prefix trie."""
         slot = seq.slot
         assert slot is not None  # only a placed sequence (admitted, not yet released) computes KV
         ps = self.page_size
@@ -246,7 +285,7 @@ class KvManager:
         while seq.num_cached_pages < full:
             i = seq.num_cached_pages
             page = seq.pages[i]
-            self.pool.write(page, self.slots.read(slot, i * ps, (i + 1) * ps))
+            self.ops.append(SavePage(page, slot, i * ps, (i + 1) * ps))
             if seq.cache_node is not None:
                 node = self.cache.insert(seq.cache_node, tuple(seq.tokens[i * ps:(i + 1) * ps]), page)
                 seq.cache_node = node
@@ -265,7 +304,7 @@ class KvManager:
             if kept_tokens % ps:
                 assert seq.slot is not None  # commit_full_pages above checked it
                 page = seq.pages[kept - 1]
-                self.pool.write(page, self.slots.read(seq.slot, (kept - 1) * ps, kept_tokens))
+                self.ops.append(SavePage(page, seq.slot, (kept - 1) * ps, kept_tokens))
             for page in seq.pages[kept:]:
                 self.pool.release(page, page in self.cache)
             self.sessions[seq.session_id] = SessionPin(seq.tokens[:kept_tokens], seq.pages[:kept], time.monotonic())

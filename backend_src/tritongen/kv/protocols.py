@@ -47,3 +47,13 @@ class PagedSequence(Protocol):
     @property
     def prefill_target(self) -> int:
         """Tokens whose KV the prompt phase computes."""
+
+
+class SlotListener(Protocol):
+    """State kept per slot beside the KV (a draft model's own KV), told when rows move or leave."""
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        """The sequence in slot src now lives in slot dst."""
+
+    def release(self, slot: int) -> None:
+        """The sequence in `slot` left the running batch."""
