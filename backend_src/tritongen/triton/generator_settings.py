@@ -1,5 +1,8 @@
 """The generator's config.pbtxt `parameters` -> EngineConfig and request defaults.
 
+Every int, float, bool and str field of EngineConfig and SchedulerConfig is the
+parameter of its name, so a new engine setting needs no line here; the rest are
+the generator's own or spelled with a prefix (kv_connector_*, kv_events_*).
 Unknown keys are errors so a typo does not silently fall back to a default.
 """
 
@@ -7,9 +10,9 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import Optional, TypeVar, get_type_hints
 
 from ..engine.options import EngineConfig, GenerateOptions, SchedulerConfig
 from ..kv.connector import CachePriority
@@ -33,19 +36,30 @@ class GeneratorSettings:
     vllm_metric_aliases: bool = True  # also export the router-facing gauges under vLLM's `vllm:` names
 
 
-_INT_KEYS = ("num_gpu_pages", "page_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-             "intra_op_threads", "default_max_tokens", "num_speculative_tokens", "max_queue_len",
-             "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes", "stream_interval",
-             "speculative_disable_by_batch_size", "kv_connector_redis_ttl_seconds", "kv_connector_redis_max_bytes",
-             "kv_connector_redis_timeout_ms",
-             "max_session_pages", "max_pinned_pages", "kv_events_buffer_steps", *RequestLimits.settings())
-_FLOAT_KEYS = ("priority_aging_seconds", "session_idle_seconds")
-_BOOL_KEYS = ("pin_threads", "allow_high_priority", "vllm_metric_aliases", "allow_host_kv")
+def _scalar_fields(config: type) -> dict[str, type]:
+    """A config class's int, float, bool and str fields (an Optional[int] read as int): each is the parameter of
+    its name."""
+    hints = get_type_hints(config)
+    return {f.name: int if hints[f.name] == Optional[int] else hints[f.name] for f in fields(config)
+            if hints[f.name] in (int, Optional[int], float, bool, str)}
+
+
+_ENGINE_KEYS = _scalar_fields(EngineConfig)
+_SCHEDULER_KEYS = _scalar_fields(SchedulerConfig)
+# The settings beyond those fields: the generator's own, and the sub-configs' that are spelled with a prefix.
+_INT_KEYS = (*(key for key, kind in {**_ENGINE_KEYS, **_SCHEDULER_KEYS}.items() if kind is int),
+             "default_max_tokens", "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes",
+             "stream_interval", "kv_connector_redis_ttl_seconds", "kv_connector_redis_max_bytes",
+             "kv_connector_redis_timeout_ms", "kv_events_buffer_steps", *RequestLimits.settings())
+_FLOAT_KEYS = tuple(key for key, kind in {**_ENGINE_KEYS, **_SCHEDULER_KEYS}.items() if kind is float)
+_BOOL_KEYS = (*(key for key, kind in _ENGINE_KEYS.items() if kind is bool), "allow_high_priority",
+              "vllm_metric_aliases")
+_STR_KEYS = tuple(key for key, kind in _ENGINE_KEYS.items() if kind is str)
 _FOLDERS = ("draft_model", "mtp_head", "eagle3_head", "shared_kv_head")
-_KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_FOLDERS) | {
-    "target_model", "scheduler_policy", "execution_providers", "speculative_mode", "mtp_kv_mode", "kv_cache_dtype",
+_KNOWN = set(_INT_KEYS) | set(_FLOAT_KEYS) | set(_BOOL_KEYS) | set(_STR_KEYS) | set(_FOLDERS) | {
+    "target_model", "scheduler_policy", "execution_providers", "speculative_mode", "mtp_kv_mode",
     "kv_connector", "kv_connector_disk_path", "kv_connector_compression", "kv_connector_store_priority",
-    "kv_connector_model_id", "kv_connector_redis_url", "model_variant", "recompute_ms_per_token", "kv_events_endpoint",
+    "kv_connector_model_id", "kv_connector_redis_url", "recompute_ms_per_token", "kv_events_endpoint",
     "kv_events_replay_endpoint", "kv_events_topic"}
 
 
@@ -58,31 +72,15 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
     stream_interval = ints.get("stream_interval", 1)
     if stream_interval < 1:
         raise ValueError(f"generator parameter stream_interval must be at least 1, got {stream_interval}")
-    defaults = EngineConfig()
+    # A field's parameter left out or empty keeps the field's default.
+    given: dict = {**ints, **floats, **bools, **{key: params[key].strip() for key in _STR_KEYS
+                                                 if params.get(key, "").strip()}}
     engine = EngineConfig(
-        num_gpu_pages=ints.get("num_gpu_pages", defaults.num_gpu_pages),
-        page_size=ints.get("page_size", defaults.page_size),
-        scheduler=SchedulerConfig(
-            max_num_seqs=ints.get("max_num_seqs", SchedulerConfig.max_num_seqs),
-            max_num_batched_tokens=ints.get("max_num_batched_tokens", SchedulerConfig.max_num_batched_tokens),
-            policy=params.get("scheduler_policy", "").strip() or SchedulerConfig.policy,
-            priority_aging_seconds=floats.get("priority_aging_seconds", SchedulerConfig.priority_aging_seconds),
-        ),
-        model_variant=params.get("model_variant", "").strip(),
-        max_session_pages=ints.get("max_session_pages"),
-        max_pinned_pages=ints.get("max_pinned_pages"),
-        session_idle_seconds=floats.get("session_idle_seconds", defaults.session_idle_seconds),
-        max_model_len=ints.get("max_model_len", defaults.max_model_len),
-        max_queue_len=ints.get("max_queue_len", defaults.max_queue_len),
-        kv_cache_dtype=params.get("kv_cache_dtype", "").strip() or defaults.kv_cache_dtype,
-        intra_op_threads=ints.get("intra_op_threads", 0),
-        pin_threads=bools.get("pin_threads", defaults.pin_threads),
+        **{key: given[key] for key in _ENGINE_KEYS if key in given},
+        scheduler=SchedulerConfig(**{key: given[key] for key in _SCHEDULER_KEYS if key in given},
+                                  policy=params.get("scheduler_policy", "").strip() or SchedulerConfig.policy),
         execution_providers=[p.strip() for p in params.get("execution_providers", "").split(",") if p.strip()],
-        allow_host_kv=bools.get("allow_host_kv", defaults.allow_host_kv),
         speculative_mode=SpeculativeMode(params.get("speculative_mode", "").strip() or "none"),
-        num_speculative_tokens=ints.get("num_speculative_tokens", EngineConfig.num_speculative_tokens),
-        speculative_disable_by_batch_size=ints.get("speculative_disable_by_batch_size",
-                                                   defaults.speculative_disable_by_batch_size),
     )
     _attach_speculative_folders(engine, params, repository)
     engine.kv_connector = _connector(params, ints, repository)
