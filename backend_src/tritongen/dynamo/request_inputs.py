@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-INT32_MAX = 2**31 - 1
-# Tensors the generator takes directly: Dynamo's sampling option -> the generator's input.
-_SAMPLING_TENSORS = {"top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-                     "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty"}
+from ..request_fields import FIELDS, INT32_MAX
+
+# Dynamo's sampling options are vLLM's: one named as a request field's vLLM name goes to that field's input.
+_BY_VLLM_NAME = {row.vllm: row.name for row in FIELDS if row.vllm and row.tensor}
 # Guided decoding keys the generator's sampling_parameters.guided_decoding reads (vLLM's names).
 _GUIDES = ("json", "regex", "choice", "grammar")
 
@@ -36,9 +36,10 @@ def generator_inputs(request: dict[str, Any]) -> dict[str, Any]:
         "ignore_eos": stop.get("ignore_eos"),
         "seed": _seed(sampling.get("seed")),
     }
-    for key, name in _SAMPLING_TENSORS.items():
-        inputs[name] = sampling.get(key)
-    inputs["top_k"] = _int32("top_k", inputs["top_k"], low=-1)
+    for key, value in sampling.items():
+        if key in _BY_VLLM_NAME and _BY_VLLM_NAME[key] not in inputs:  # temperature and seed are mapped above
+            inputs[_BY_VLLM_NAME[key]] = value
+    inputs["top_k"] = _int32("top_k", inputs.get("top_k"), low=-1)
     if output.get("logprobs") is not None:
         inputs["return_log_probs"] = True
         inputs["top_logprobs"] = _int32("logprobs", output["logprobs"], low=0)

@@ -18,6 +18,7 @@ from typing import Any
 from . import tool_calls
 from .errors import invalid
 from .schemas import (
+    VLLM_EXTRAS,
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
@@ -49,11 +50,7 @@ def _sampling(req: SamplingRequest, max_tokens: int | None, top_logprobs: int | 
         "top_p": req.top_p,
         "frequency_penalty": req.frequency_penalty,
         "presence_penalty": req.presence_penalty,
-        "top_k": req.top_k,
-        "min_p": req.min_p,
-        "repetition_penalty": req.repetition_penalty,
-        "ignore_eos": req.ignore_eos,
-        "min_length": req.min_tokens,
+        **{row.name: getattr(req, row.vllm) for row in VLLM_EXTRAS},
     }
     if req.stop:
         inputs["stop_words"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)

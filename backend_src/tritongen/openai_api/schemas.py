@@ -4,22 +4,25 @@ Why pydantic models: FastAPI turns a field that fails here into a 400 naming
 the field (see app.py), so bad requests never cost a generator round trip.
 Fields OpenAI defines that we cannot honour are rejected by name rather than
 silently ignored; vendor extras that vLLM's server accepts through the
-client's `extra_body` (top_k, min_p, repetition_penalty, ignore_eos,
-min_tokens, stop_token_ids) are passed through to the generator.
+client's `extra_body` (stop_token_ids, and the request fields whose row gives
+OpenAI bounds) are passed through to the generator.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from ..request_fields import FIELDS, INT32_MAX
 from .errors import invalid
 
 MAX_TOOLS = 128  # the generator's max_tools: each is rendered into the prompt and compiled into the grammar
 MAX_LOGIT_BIAS = 300  # OpenAI's
-INT32_MAX = 2**31 - 1  # the generator's INT32 inputs: a larger value is refused, never wrapped
 INT64_MAX = 2**63 - 1
+# The vLLM-style extras: request field rows with OpenAI bounds, each a field under its vLLM name.
+VLLM_EXTRAS = tuple(row for row in FIELDS if row.openai is not None)
+_TYPES = {"INT32": int, "FP32": float, "BOOL": bool}
 
 
 class StreamOptions(BaseModel):
@@ -38,8 +41,8 @@ class ResponseFormat(BaseModel):
     json_schema: Optional[JsonSchemaFormat] = None
 
 
-class SamplingRequest(BaseModel):
-    """Fields the chat and completions endpoints share."""
+class _OpenAIFields(BaseModel):
+    """OpenAI's own fields that the chat and completions endpoints share."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -57,12 +60,20 @@ class SamplingRequest(BaseModel):
     response_format: Optional[ResponseFormat] = None
     logit_bias: Optional[dict[str, float]] = None  # token id -> bias in [-100, 100], at most 300 entries
     user: Optional[str] = None
-    # vLLM-style extras (openai's `extra_body`).
-    top_k: Optional[int] = Field(None, ge=-1, le=INT32_MAX)
-    min_p: Optional[float] = Field(None, ge=0.0, le=1.0)
-    repetition_penalty: Optional[float] = Field(None, gt=0.0)
-    ignore_eos: Optional[bool] = None
-    min_tokens: Optional[int] = Field(None, ge=0, le=INT32_MAX)
+
+
+if TYPE_CHECKING:  # the checker sees OpenAI's fields; the extras are read by their rows' names
+    _WithExtras = _OpenAIFields
+else:  # an INT32 input's extra is bounded by INT32 too
+    _WithExtras = create_model("_WithExtras", __base__=_OpenAIFields, **{
+        row.vllm: (Optional[_TYPES[row.dtype]], Field(None, **({"le": INT32_MAX} if row.dtype == "INT32" else {}),
+                                                      **row.openai))
+        for row in VLLM_EXTRAS})
+
+
+class SamplingRequest(_WithExtras):
+    """Fields the chat and completions endpoints share."""
+
     stop_token_ids: Optional[list[Annotated[int, Field(ge=0, le=INT32_MAX)]]] = None
 
     @field_validator("stop", mode="before")
