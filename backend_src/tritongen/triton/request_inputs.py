@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
@@ -26,28 +26,19 @@ from ..engine.options import (
     Priority,
 )
 from ..engine.sampling import MIN_TEMPERATURE
+from ..request_fields import BY_NAME, FIELDS, MAX_DRAFT_TOKENS
 from ..speculative.modes import SpeculativeMode
 from .request_limits import RequestError, RequestLimits, check_bytes, check_count, check_text, load_json
 
 PROMPT_INPUTS = ("text_input", "input_ids", "messages")
 
-# Option name -> how to read it. Keys are the spellings accepted as tensors,
-# sampling_parameters keys and request parameters; aliases map to one option.
+# How a scalar field's Triton dtype reads, as a tensor, a sampling_parameters key or a request parameter alike.
 _INT, _FLOAT, _BOOL = "int", "float", "bool"
+_KINDS = {"INT32": _INT, "INT64": _INT, "UINT64": _INT, "FP32": _FLOAT, "BOOL": _BOOL}
 # The vLLM backend's optional BOOL inputs, each asking for one output beside text_output.
 VLLM_FLAGS = {"return_finish_reason": "finish_reason", "return_cumulative_logprob": "cumulative_logprob",
               "return_logprobs": "logprobs", "return_num_input_tokens": "num_input_tokens",
               "return_num_output_tokens": "num_output_tokens"}
-_SCALARS = {
-    "max_tokens": _INT, "min_length": _INT, "min_tokens": _INT, "temperature": _FLOAT, "top_p": _FLOAT,
-    "top_k": _INT, "min_p": _FLOAT, "repetition_penalty": _FLOAT, "frequency_penalty": _FLOAT,
-    "presence_penalty": _FLOAT, "seed": _INT, "random_seed": _INT, "end_id": _INT, "ignore_eos": _BOOL,
-    "stream": _BOOL, "exclude_input_in_output": _BOOL, "return_log_probs": _BOOL, "top_logprobs": _INT,
-    **{flag: _BOOL for flag in VLLM_FLAGS},
-    "logprobs": _INT, "end_session": _BOOL, "num_draft_tokens": _INT, "stream_interval": _INT,
-}
-_STRINGS = {"priority", "session_id", "guided_decoding_guide_type", "guided_decoding_guide", "speculative", "tools",
-            "chat_template_kwargs"}
 # What the chat template itself is given; chat_template_kwargs may not replace these.
 _TEMPLATE_OWN = {"messages", "tools", "documents", "add_generation_prompt"}
 # vLLM's guided_decoding keys -> our constraint kinds.
@@ -57,25 +48,15 @@ _VLLM_DEFAULTS_ONLY = {"n": (1,), "best_of": (None, 1), "use_beam_search": (Fals
                        "lora_name": (None,), "detokenize": (True,), "truncate_prompt_tokens": (None,),
                        "logits_processors": (None,), "length_penalty": (1.0,), "early_stopping": (False,),
                        "allowed_token_ids": (None,), "extra_args": (None,), "spaces_between_special_tokens": (True,)}
-_SAMPLING_KEYS = {
-    "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-    "frequency_penalty", "presence_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs",
-    "guided_decoding", "structured_outputs", "skip_special_tokens", "include_stop_str_in_output", "logit_bias",
-    "bad_words", *_VLLM_DEFAULTS_ONLY,
-}
+# The rows' vLLM names, and the keys parsed on their own.
+_SAMPLING_KEYS = {row.vllm for row in FIELDS if row.vllm} | {
+    "stop", "stop_token_ids", "guided_decoding", "structured_outputs", "logit_bias", "bad_words", *_VLLM_DEFAULTS_ONLY}
 # guided_decoding / structured_outputs keys that choose nothing we need (the grammar engine, whitespace
 # policy): accepted and ignored; llguidance enforces the constraint.
 _GUIDED_INERT = {"backend", "_backend", "_backend_was_auto", "whitespace_pattern", "disable_any_whitespace",
                  "disable_additional_properties", "disable_fallback", "structural_tag"}
+_KNOWN_PARAMETERS = {name for row in FIELDS if row.parameter for name in row.names} | _SAMPLING_KEYS
 LOGIT_BIAS_RANGE = 100.0  # OpenAI's
-# OpenAI's ranges, which vLLM keeps too.
-_PENALTY_RANGE = (-2.0, 2.0)
-MAX_DRAFT_TOKENS = 16
-MAX_TOP_LOGPROBS = 20  # OpenAI's
-
-
-def _set(option: str) -> Callable[[GenerateOptions, float], None]:
-    return lambda options, value: setattr(options, option, value)
 
 
 def _set_temperature(options: GenerateOptions, value: float) -> None:
@@ -84,43 +65,18 @@ def _set_temperature(options: GenerateOptions, value: float) -> None:
     options.temperature = 1.0 if options.greedy else value
 
 
-@dataclass(frozen=True)
-class OptionField:
-    """One GenerateOptions field as clients spell it. The engine validates the value (GenerateOptions.validate,
-    Engine.prepare); `wire_range` holds bounds of this boundary only (OpenAI's)."""
-
-    names: tuple[str, ...]  # tensor name, sampling_parameters key and request parameter; aliases after the first
-    kind: str  # _INT, _FLOAT or _BOOL
-    option: str  # the GenerateOptions field (onnx-genai-engine's name)
-    apply: Callable[[GenerateOptions, float], None]  # gets the value as `kind` reads it: int, float or bool
-    wire_range: tuple[float, float] | None = None
-
-
-OPTION_FIELDS = (
-    OptionField(("max_tokens",), _INT, "max_new_tokens", _set("max_new_tokens")),
-    OptionField(("temperature",), _FLOAT, "temperature", _set_temperature),
-    OptionField(("top_p",), _FLOAT, "top_p", _set("top_p")),
-    # vLLM's -1 means off, as our 0 does.
-    OptionField(("top_k",), _INT, "top_k", lambda o, v: setattr(o, "top_k", 0 if v == -1 else v)),
-    OptionField(("min_p",), _FLOAT, "min_p", _set("min_p")),
-    OptionField(("repetition_penalty",), _FLOAT, "repetition_penalty", _set("repetition_penalty")),
-    OptionField(("frequency_penalty",), _FLOAT, "frequency_penalty", _set("frequency_penalty"), _PENALTY_RANGE),
-    OptionField(("presence_penalty",), _FLOAT, "presence_penalty", _set("presence_penalty"), _PENALTY_RANGE),
-    OptionField(("min_length", "min_tokens"), _INT, "min_length", _set("min_length")),
-    OptionField(("seed", "random_seed"), _INT, "seed", _set("seed")),
-    OptionField(("end_id",), _INT, "eos_token_id", _set("eos_token_id")),
-    OptionField(("ignore_eos",), _BOOL, "stop_on_eos", lambda o, v: setattr(o, "stop_on_eos", not v)),
-    OptionField(("skip_special_tokens",), _BOOL, "skip_special_tokens", _set("skip_special_tokens")),
-    OptionField(("include_stop_str_in_output",), _BOOL, "include_stop_str_in_output",
-                _set("include_stop_str_in_output")),
-    OptionField(("top_logprobs", "logprobs"), _INT, "top_logprobs", _set("top_logprobs"), (0, MAX_TOP_LOGPROBS)),
-    OptionField(("num_draft_tokens",), _INT, "num_speculative_tokens", _set("num_speculative_tokens"),
-                (1, MAX_DRAFT_TOKENS)),
-)
-# Engine fields with no row above, as clients name them.
+# The options a wire value does not set as it is; every other row's value is the option's.
+_APPLY: dict[str, Callable[[GenerateOptions, Any], None]] = {
+    "temperature": _set_temperature,
+    "top_k": lambda o, v: setattr(o, "top_k", 0 if v == -1 else v),  # vLLM's -1 means off, as our 0 does
+    "stop_on_eos": lambda o, v: setattr(o, "stop_on_eos", not v),  # ignore_eos
+}
+# The scalar rows that set an option; the engine validates the value (GenerateOptions.validate, Engine.prepare).
+_OPTION_ROWS = tuple(row for row in FIELDS if row.option and row.dtype != "STRING")
+# Engine fields with no row, as clients name them.
 _OTHER_WIRE_NAMES = {"logit_bias": "sampling_parameters.logit_bias", "bad_words_ids": "sampling_parameters.bad_words",
-                     "stop_sequences": "stop_token_ids", "speculative_mode": "speculative"}
-WIRE_NAMES = {**{row.option: row.names[0] for row in OPTION_FIELDS}, **_OTHER_WIRE_NAMES}
+                     "stop_sequences": "stop_token_ids"}
+WIRE_NAMES = {**{row.option: row.name for row in FIELDS if row.option}, **_OTHER_WIRE_NAMES}
 
 
 def named_error(exc: InvalidOption, parsed: "ParsedRequest") -> RequestError:
@@ -365,19 +321,20 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
                   limits: RequestLimits = RequestLimits()) -> ParsedRequest:
     """Build the engine request; `render_chat(messages)` comes from the model's tokenizer."""
     sampling = _sampling_parameters(tensors, limits)
-    known_params = set(_SCALARS) | _SAMPLING_KEYS | _STRINGS
-    unknown = sorted(k for k in parameters if k not in known_params and not k.startswith("triton_"))
+    unknown = sorted(k for k in parameters if k not in _KNOWN_PARAMETERS and not k.startswith("triton_"))
     if unknown:
         raise RequestError(f"unsupported request parameter(s): {', '.join(unknown)}")
 
-    def get(name: str, kind: str, *aliases: str):
-        for key in (name, *aliases):
+    def get(name: str):
+        row = BY_NAME[name]
+        kind = _KINDS[row.dtype]
+        for key in row.names:
             if key in tensors:
                 return _coerce(key, kind, _scalar_tensor(key, tensors[key]))
-        for key in (name, *aliases):
+        for key in row.names:
             if key in sampling:
                 return _coerce(f"sampling_parameters.{key}", kind, sampling[key])
-        for key in (name, *aliases):
+        for key in row.names:
             if key in parameters:
                 return _coerce(f"parameter {key}", kind, parameters[key])
         return defaults.get(name)
@@ -388,15 +345,19 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     seeds = {k: _coerce(k, _INT, _scalar_tensor(k, tensors[k])) for k in ("seed", "random_seed") if k in tensors}
     if len(set(seeds.values())) > 1:
         raise RequestError(f"seed and random_seed differ ({seeds['seed']} vs {seeds['random_seed']})")
-    for row in OPTION_FIELDS:
-        value = get(row.names[0], row.kind, *row.names[1:])
+    for row in _OPTION_ROWS:
+        value = get(row.name)
         if value is None:
             continue
         if row.wire_range is not None and not row.wire_range[0] <= value <= row.wire_range[1]:
             low, high = row.wire_range
-            raise RequestError(f"{row.names[0]} must be between {low:g} and {high:g}, got {value}")
-        row.apply(options, value)
-    if get("return_log_probs", _BOOL) and options.top_logprobs is None:
+            raise RequestError(f"{row.name} must be between {low:g} and {high:g}, got {value}")
+        apply = _APPLY.get(row.option)
+        if apply is None:
+            setattr(options, row.option, value)
+        else:
+            apply(options, value)
+    if get("return_log_probs") and options.top_logprobs is None:
         options.top_logprobs = 0
     options.stop_sequences = _stops(tensors, sampling, parameters, limits)
     options.logit_bias = _logit_bias(sampling, limits)
@@ -405,13 +366,13 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     options.speculative_mode = _speculative(_string_option("speculative", tensors, parameters, limits.max_json_bytes,
                                                            "max_json_bytes"),
                                             limits)
-    stream_interval = get("stream_interval", _INT)
+    stream_interval = get("stream_interval")
     if stream_interval is not None and stream_interval < 1:
         raise RequestError(f"stream_interval must be at least 1, got {stream_interval}")
-    flags = {name: get(name, _BOOL) for name in VLLM_FLAGS}
+    flags = {name: get(name) for name in VLLM_FLAGS}
     mode = ResponseMode(
-        stream=bool(get("stream", _BOOL)),
-        exclude_input_in_output=bool(get("exclude_input_in_output", _BOOL)),
+        stream=bool(get("stream")),
+        exclude_input_in_output=bool(get("exclude_input_in_output")),
         stream_interval=stream_interval,
         vllm_outputs=frozenset(VLLM_FLAGS[n] for n, v in flags.items() if v) if any(
             v is not None for v in flags.values()) else None,
@@ -426,7 +387,7 @@ def parse_request(tensors: dict[str, np.ndarray], parameters: dict, defaults: di
     session_id = _string_option("session_id", tensors, parameters, limits.max_session_id_bytes, "max_session_id_bytes")
     if session_id is not None and not session_id:
         raise RequestError("session_id must not be empty")
-    end_session = bool(get("end_session", _BOOL))
+    end_session = bool(get("end_session"))
     if end_session and session_id is None:
         raise RequestError("end_session needs a session_id")
     return ParsedRequest(GenerateRequest(prompt, options), mode, prompt_text, priority, session_id, end_session,
