@@ -20,6 +20,7 @@ from dynamo.common.utils.token_ids import normalize_request_token_ids
 from dynamo.llm import ModelInput
 from dynamo.llm.exceptions import HttpError, InvalidArgument
 
+from ..errors import EngineOverloaded, EngineStopped, InvalidOption, SessionBusy
 from .generator_config import GeneratorConfig, generator_config
 from .load_relay import relay_load
 from .request_inputs import generator_inputs
@@ -134,12 +135,15 @@ def _chunk(piece: Piece, prompt_tokens: int, completion_tokens: int) -> dict[str
 
 
 def _dynamo_error(exc: GeneratorError) -> Exception:
-    """As tritongen's OpenAI API answers: 400 for the request's fault, 429 overloaded, 503 not serving, else 500."""
-    if exc.kind == "invalid":
+    """As tritongen's OpenAI API answers: 400 and 409 for the request's fault, 429 overloaded, 503 not serving,
+    else 500."""
+    if exc.kind is InvalidOption:
         return InvalidArgument(str(exc))
-    if exc.kind == "overloaded":
+    if exc.kind is SessionBusy:
+        return HttpError(409, str(exc))
+    if exc.kind is EngineOverloaded:
         return HttpError(429, "the generator is overloaded; retry later")
-    if exc.kind == "unavailable":
+    if exc.kind is EngineStopped:
         log.warning("generator unavailable: %s", exc)
         return HttpError(503, "the generator is unavailable; retry later")
     log.error("generator failed: %s", exc)

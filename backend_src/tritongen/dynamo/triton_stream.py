@@ -18,7 +18,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from ..generator_errors import error_kind
+from ..errors import EngineStopped, RequestFailed, TritongenError, from_wire
 
 # The generator's inputs the worker sends -> numpy dtype (config.pbtxt); lists become [-1] tensors.
 INPUT_DTYPES = {
@@ -33,11 +33,11 @@ OUTPUTS = ("output_ids", "finish_reason", "num_input_tokens", "prefix_cache_hit_
 
 
 class GeneratorError(Exception):
-    """A generator error: `kind` says whose fault (generator_errors.error_kind)."""
+    """A generator error: `kind` is its type (errors.from_wire), the message its text without the code token."""
 
-    def __init__(self, message: str, kind: str = ""):
+    def __init__(self, message: str, kind: type[TritongenError]):
         super().__init__(message)
-        self.kind = kind or error_kind(message)
+        self.kind = kind
 
 
 @dataclass
@@ -127,13 +127,13 @@ class GeneratorStream:
         try:
             async for result, error in call:
                 if error is not None:
-                    raise GeneratorError(error.message())
+                    raise await self._error(error.message())
                 finished = result.get_response().parameters["triton_final_response"].bool_param
                 yield _piece(result)
                 if finished:
                     break
             else:
-                raise GeneratorError("the generator closed the stream without a final response", "failed")
+                raise GeneratorError("the generator closed the stream without a final response", RequestFailed)
             # Our request stream is closed, so Triton completes the RPC after the final response; cancelling here
             # instead races Triton's stream state.
             async for _ in call:
@@ -148,7 +148,18 @@ class GeneratorStream:
             if not finished:
                 call.cancel()
 
+    async def _error(self, message: str) -> GeneratorError:
+        """The generator's error by its code token; one without the token is Triton's own (the generator not
+        loaded, or its stub gone): unavailable while the generator is not ready, else a failure."""
+        if (tagged := from_wire(message)) is not None:
+            return GeneratorError(tagged[1], tagged[0])
+        try:
+            ready = await self._client.is_model_ready(self.model)
+        except InferenceServerException:
+            ready = False
+        return GeneratorError(message, RequestFailed if ready else EngineStopped)
+
 
 def _rpc_error(exc: grpc.aio.AioRpcError) -> GeneratorError:
     detail = f"Triton gRPC stream failed: {exc.code().name}: {exc.details()}"
-    return GeneratorError(detail, "unavailable" if exc.code() == grpc.StatusCode.UNAVAILABLE else "failed")
+    return GeneratorError(detail, EngineStopped if exc.code() == grpc.StatusCode.UNAVAILABLE else RequestFailed)

@@ -13,6 +13,7 @@ from enum import Enum, StrEnum
 from pathlib import Path
 from typing import ClassVar, Optional, Union
 
+from ..errors import InvalidOption
 from ..kv.codec import KV_DTYPES
 from ..kv.connector_config import KvConnectorConfig
 from ..kv.kv_events import KvEventsConfig
@@ -51,15 +52,6 @@ class GenerateConstraint:
         if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
             raise ValueError("choice needs a non-empty list of non-empty strings")
         return GenerateConstraint("lark", "start: " + " | ".join(json.dumps(o) for o in options))
-
-
-class InvalidOption(ValueError):
-    """A request the engine refuses, naming the field (GenerateOptions' name, or "prompt" or "constraint"),
-    so that a front end can name it as its clients spell it."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
-from ..generator_errors import error_kind
+from ..errors import EngineOverloaded, EngineStopped, InvalidOption, SessionBusy, TritongenError
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error",
-          413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+          409: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
+          503: "server_error"}
 
 RETRY_AFTER_SECONDS = 1
 
@@ -50,14 +51,16 @@ def unavailable(detail: str) -> OpenAIError:
                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, detail=detail)
 
 
-def from_generator(message: str) -> OpenAIError:
-    """A generator error message -> 429 (overloaded), 503 (not serving), 500 (failed), else 400 (the request)."""
-    kind = error_kind(message)
-    if kind == "overloaded":
+def from_generator(kind: type[TritongenError], text: str, detail: str) -> OpenAIError:
+    """A generator error of `kind` (errors.from_wire) -> its status: the request's own faults with the generator's
+    text, the others with ours (`detail`, the whole message, is for the log)."""
+    if kind is InvalidOption:
+        return OpenAIError(400, text)
+    if kind is SessionBusy:
+        return OpenAIError(409, text, code="session_busy")
+    if kind is EngineOverloaded:
         return OpenAIError(429, "the generator is overloaded; retry later", code="overloaded",
-                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, detail=message)
-    if kind == "unavailable":
-        return unavailable(message)
-    if kind == "failed":
-        return OpenAIError(500, "the generator failed to complete the request", detail=message)
-    return OpenAIError(400, message)
+                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, detail=detail)
+    if kind is EngineStopped:
+        return unavailable(detail)
+    return OpenAIError(500, "the generator failed to complete the request", detail=detail)

@@ -17,6 +17,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from ..errors import EngineStopped, RequestFailed, from_wire
 from .errors import OpenAIError, from_generator, unavailable
 
 # The generator's input names -> numpy dtype (config.pbtxt); lists become [-1] tensors.
@@ -107,7 +108,7 @@ class GeneratorClient:
         try:
             async for result, error in responses:
                 if error is not None:
-                    raise from_generator(error.message())
+                    raise await self._error(error.message())
                 final = result.get_response().parameters["triton_final_response"].bool_param
                 if final:
                     finished = True  # set before yielding: a consumer may stop at the last piece
@@ -130,3 +131,8 @@ class GeneratorClient:
             if not finished:
                 responses.cancel()
 
+    async def _error(self, message: str) -> OpenAIError:
+        """The generator's error by its code token; one without the token is Triton's own (the generator not
+        loaded, or its stub gone): unavailable while the generator is not ready, else a failure."""
+        kind, text = from_wire(message) or (RequestFailed if await self.is_ready() else EngineStopped, message)
+        return from_generator(kind, text, message)

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from ..engine.engine import Engine, EngineOverloaded, EngineStopped
+from ..engine.engine import Engine
 from ..engine.harness import kill_engine_thread
-from ..engine.options import GenerateOptions, GenerateRequest, GenerateResult, InvalidOption, Priority
+from ..engine.options import GenerateOptions, GenerateRequest, GenerateResult, Priority
+from ..errors import EngineStopped, InvalidOption, RequestFailed, TritongenError
 from .generator_settings import parse_settings
 from .job_thread import JobThread, StepJobs
 from .metrics import GeneratorMetrics
@@ -117,7 +118,8 @@ class TritonPythonModel:
                 raise named_error(exc, parsed) from None
             stream = RequestResponder(sender, parsed, prepared.prompt_ids, self.engine.tokenizer, self.metrics,
                                       self.step_sends, self._wanted(request, parsed),
-                                      parsed.mode.stream_interval or self.stream_interval, self._closed)
+                                      parsed.mode.stream_interval or self.stream_interval, self._closed,
+                                      request.request_id())
             with self._streams_lock:
                 if self.broken:
                     raise EngineStopped(self.broken)
@@ -130,14 +132,15 @@ class TritonPythonModel:
                 with self._streams_lock:
                     self._streams.discard(stream)
                 raise
-        except (RequestError, ValueError) as exc:
-            sender.send(error_response(str(exc)), flags=FINAL)
-        except (EngineOverloaded, EngineStopped) as exc:
-            sender.send(error_response(str(exc), "UNAVAILABLE"), flags=FINAL)
+        except TritongenError as exc:  # named invalid options, overloaded, stopped, a busy session
+            sender.send(error_response(exc), flags=FINAL)
+        except ValueError as exc:  # RequestError and the parsers' refusals: the request's fault, naming the field
+            sender.send(error_response(InvalidOption("", str(exc))), flags=FINAL)
         except Exception:  # noqa: BLE001 - our bug, not the client's: logged here, never shown to the client
-            pb_utils.Logger.log_error(f"a request failed before generation: {traceback.format_exc()}")
-            sender.send(error_response("internal error before generation; the server log has the details", "INTERNAL"),
-                        flags=FINAL)
+            pb_utils.Logger.log_error(f"request {request.request_id() or '-'} failed before generation: "
+                                      f"{traceback.format_exc()}")
+            sender.send(error_response(RequestFailed("internal error before generation; the server log has the "
+                                                     "details")), flags=FINAL)
 
     def _wanted(self, request, parsed: ParsedRequest) -> set[str]:
         """The outputs each response holds: text_output and the flagged ones for a vLLM-backend client's return_*
@@ -159,6 +162,8 @@ class TritonPythonModel:
 
     def _done(self, stream: RequestResponder, result: GenerateResult | None, error: BaseException | None) -> None:
         self.metrics.engine_stepped(self.engine, force=True)  # published before the final response goes out
+        if error is not None and error is self.engine.error:  # the engine thread died of it (_report_unhealthy logs it)
+            error = EngineStopped("the engine stopped; the server log has the details")
         stream.on_done(result, error)
 
     def _on_step(self, engine: Engine) -> None:
@@ -188,8 +193,8 @@ class TritonPythonModel:
         The response thread's queued jobs will never run, so it answers every open request itself as its last
         act; the metrics thread's death leaves that to the response thread, behind what it already holds.
         """
-        message = f"the generator's {name} thread stopped ({error!r}); the model is unloading"
-        pb_utils.Logger.log_error(message)
+        message = f"the generator's {name} thread stopped; the model is unloading"  # the client's: no details
+        pb_utils.Logger.log_error(f"{message}: {error!r}")
         with self._streams_lock:
             self.broken = message
             streams = list(self._streams)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+import traceback
 from functools import partial
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ..engine.engine import EngineStopped, RequestHandle
+from ..engine.engine import RequestHandle
 from ..engine.options import FinishReason, GenerateResult, GenerateToken
+from ..errors import EngineStopped, RequestFailed, TritongenError
 from .job_thread import StepJobs
 from .request_inputs import ParsedRequest
 
@@ -37,17 +39,20 @@ class ClientCancelled(Exception):
     """Raised inside a token callback when Triton reports the request cancelled."""
 
 
-def error_response(message: str, code: str = "INVALID_ARG") -> "pb_utils.InferenceResponse":
-    """INVALID_ARG for client errors, UNAVAILABLE for overload and shutdown (retry), INTERNAL otherwise."""
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
+def error_response(error: TritongenError) -> "pb_utils.InferenceResponse":
+    """The error's message behind its code token, with its Triton error code."""
+    return pb_utils.InferenceResponse(
+        error=pb_utils.TritonError(error.wire(), getattr(pb_utils.TritonError, error.triton_code)))
 
 
 class RequestResponder:
     """One request's response side: buffers ids until they carry text, then sends them on the job thread."""
 
     def __init__(self, sender, parsed: ParsedRequest, prompt_ids: list[int], tokenizer, metrics,
-                 sending: StepJobs, wanted: set[str], interval: int, on_closed=lambda responder: None):
+                 sending: StepJobs, wanted: set[str], interval: int, on_closed=lambda responder: None,
+                 request_id: str = ""):
         self.sender = sender
+        self.request_id = request_id  # the client's (Triton's request id), for the log
         self.on_closed = on_closed  # called once the final response or error went out
         self.closed = False  # the final response went out (send thread only)
         self.interval = interval  # new tokens per streamed response (stream_interval)
@@ -197,7 +202,7 @@ class RequestResponder:
             return
         if self.handle is not None:
             self.handle.cancel()
-        self._close(error_response(message, "UNAVAILABLE"))
+        self._close(error_response(EngineStopped(message)))
 
     def _close(self, response=None) -> None:
         self.closed = True
@@ -214,8 +219,7 @@ class RequestResponder:
             pb_utils.Logger.log_info(f"request cancelled after {self.num_generated} tokens")
             self._close()
         elif error is not None:
-            code = "UNAVAILABLE" if isinstance(error, EngineStopped) else "INTERNAL"
-            self._close(error_response(f"generation failed: {error}", code))
+            self._close(error_response(self._typed(error)))
         else:
             assert result is not None  # the engine reports either a result or an error
             if not self.parsed.mode.stream:
@@ -226,3 +230,13 @@ class RequestResponder:
                 self._close(self.response(text, result.token_ids, result.finish_reason, result.logprobs or []))
             else:
                 self._close(self.response(text, ids, result.finish_reason, logprobs))
+
+    def _typed(self, error: BaseException) -> TritongenError:
+        """A typed error as it is; any other (a model call, a proposer or a constraint that raised) is logged with
+        the request's ids and reaches the client as RequestFailed, never as its own text."""
+        if isinstance(error, TritongenError):
+            return error
+        engine_id = self.handle.request_id if self.handle is not None else "-"
+        pb_utils.Logger.log_error(f"request {self.request_id or '-'} (engine request {engine_id}) failed: "
+                                  f"{''.join(traceback.format_exception(error)).rstrip()}")
+        return RequestFailed()
