@@ -7,8 +7,8 @@ from pathlib import Path
 
 import onnx
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
 
+from ..runtime.config_proto import model_config_pb2 as mc
 from .tokenizer_files import write_tokenizer_folder
 
 _DTYPES = {onnx.TensorProto.FLOAT: mc.TYPE_FP32, onnx.TensorProto.INT64: mc.TYPE_INT64,

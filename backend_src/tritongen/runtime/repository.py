@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
+
+from .config_proto import model_config_pb2
 
 
-def read_config(folder: Path) -> model_config_pb2.ModelConfig:
+def read_config(folder: Path) -> Any:
+    """The folder's ModelConfig message."""
     path = Path(folder) / "config.pbtxt"
     if not path.is_file():
         raise FileNotFoundError(f"model folder {folder} has no config.pbtxt (run `make models`)")
