@@ -5,9 +5,9 @@ from __future__ import annotations
 import queue
 
 import pytest
+from support.engine_probes import record_decode_groups
 
 from tritongen.engine.engine import Engine
-from tritongen.engine.harness import generate_scheduled, record_decode_groups
 from tritongen.engine.options import (
     EngineConfig,
     FinishReason,
@@ -121,7 +121,7 @@ def test_prompt_chunks_that_arrive_together_share_model_calls(tiny):
         calls.clear()
         requests = [GenerateRequest(ids, greedy(6)) for ids in prompts]
         arrivals = [ScheduledGenerateArrival(1, PrioritizedGenerateRequest(r)) for r in requests]
-        results = generate_scheduled(tiny, arrivals)
+        results = tiny.generate_scheduled(arrivals)
         assert calls == expected
         assert all(r.result.prefix_cache_hit_len == (32 if prompts is after_prefix else 0) for r in results)
         tiny.decoder.prefill = prefill
@@ -177,7 +177,7 @@ def test_high_priority_arrival_gets_first_token_within_two_steps(tiny_folder):
         seen = {}
         engine.on_step = lambda e: seen.update({s.request_id: (s.first_token_step, s.arrival_step)
                                                 for s in e.scheduler.running if s.priority == Priority.HIGH})
-        results = generate_scheduled(engine, arrivals)
+        results = engine.generate_scheduled(arrivals)
         (first_step, arrival_step), = seen.values()
         assert first_step - arrival_step <= 2
         assert engine.stats.preemptions >= 1

@@ -18,9 +18,9 @@ import threading
 
 import numpy as np
 import pytest
+from support.engine_probes import record_decode_groups
 
 from tritongen.engine.engine import Engine
-from tritongen.engine.harness import record_decode_groups
 from tritongen.engine.options import FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest
 from tritongen.triton.request_inputs import RequestError, parse_request
 

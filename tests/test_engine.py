@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
+from support.engine_probes import kill_engine_thread
 
 from tritongen.engine.engine import Engine, EngineOverloaded, EngineStopped
-from tritongen.engine.harness import kill_engine_thread
 from tritongen.engine.options import FinishReason, GenerateConstraint, GenerateOptions, GenerateRequest
 
 DIGITS = GenerateConstraint("regex", "[0-9]{1,8}")

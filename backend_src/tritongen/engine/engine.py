@@ -18,9 +18,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from ..errors import EngineOverloaded, EngineStopped, SessionBusy
 from ..kv.codec import codec
 from ..kv.event_publisher import ZmqEventPublisher
 from ..kv.page_pool import PagePool
@@ -41,10 +43,12 @@ from .options import (
     GenerateRequest,
     GenerateResult,
     GenerateToken,
-    InvalidOption,
+    PrioritizedGenerateResult,
     Priority,
+    ScheduledGenerateArrival,
 )
 from .output_processor import OutputProcessor, deliver_done
+from .request_checks import check_request
 from .sampling import RequestSampler
 from .scheduler import Scheduler
 from .sequence import DoneCallback, Sequence, Status, TokenCallback
@@ -56,13 +60,6 @@ from .stopping import StopChecker
 if TYPE_CHECKING:
     from llguidance import LLMatcher
 
-
-class EngineStopped(RuntimeError):
-    """The engine thread is gone; no request can be served."""
-
-
-class EngineOverloaded(RuntimeError):
-    """More requests wait for admission than max_queue_len allows; the caller should retry later."""
 
 @dataclass
 class RequestHandle:
@@ -195,35 +192,11 @@ class Engine:
         return limit
 
     def prepare(self, request: GenerateRequest) -> PreparedRequest:
-        """Every check of a request, in one place: its options, what needs the model (ids in the vocabulary,
-        the prompt within the context), its constraint compiled and its speculative mode. Raises InvalidOption."""
-        options = request.options
-        options.validate()
-        vocab = self.vocab_size
-        named = [("eos_token_id", [options.eos_token_id] if options.eos_token_id is not None else []),
-                 ("logit_bias", list(options.logit_bias)),
-                 ("stop_sequences", [t for stop in options.stop_sequences if not isinstance(stop, str) for t in stop])]
-        for name, ids in named:
-            bad = next((t for t in ids if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise InvalidOption(name, f"{name} names token {bad}, outside the vocabulary [0, {vocab})")
-        prompt = request.prompt
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
-        if not ids:
-            raise InvalidOption("prompt", "prompt must not be empty")
-        bad = next((i for i in ids if not 0 <= i < vocab), None)
-        if bad is not None:
-            raise InvalidOption("prompt", f"the prompt holds token {bad}, outside the vocabulary [0, {vocab})")
-        limit = self.context_limit(request)
-        if len(ids) >= limit:  # it fits the pool too: loading made sure the pool holds a full context
-            raise InvalidOption("prompt", f"prompt has {len(ids)} tokens but the context holds {limit}: "
-                                "no room for a new token")
-        try:
-            matcher = self.constraint_compiler().compile(options.constraint) if options.constraint else None
-        except ValueError as exc:
-            raise InvalidOption("constraint", str(exc)) from None
-        proposer, spec_mode, spec_k = self.speculation.for_request(options)
-        return PreparedRequest(ids, options, limit, matcher, proposer, spec_mode, spec_k)
+        """Every check of a request, in one place (request_checks); raises InvalidOption."""
+        ids, limit, matcher = check_request(request, self.tokenizer, self.vocab_size, self.context_limit(request),
+                                            self.constraint_compiler)
+        proposer, spec_mode, spec_k = self.speculation.for_request(request.options)
+        return PreparedRequest(ids, request.options, limit, matcher, proposer, spec_mode, spec_k)
 
     def submit(self, request: GenerateRequest | PreparedRequest, on_token: TokenCallback | None = None,
                on_done: DoneCallback | None = None, priority: Priority = Priority.NORMAL,
@@ -258,7 +231,7 @@ class Engine:
                                        f"(max_queue_len {self.config.max_queue_len}); retry later")
             if session_id is not None:
                 if session_id in self._sessions_in_flight:
-                    raise ValueError(f"session {session_id!r} already has a request in flight")
+                    raise SessionBusy(f"session {session_id!r} already has a request in flight")
                 self._sessions_in_flight.add(session_id)
             self._inbox.append(seq)
             self._live[seq.request_id] = seq
@@ -280,6 +253,25 @@ class Engine:
         if error is not None:
             raise error
         return result
+
+    def generate_scheduled(self, arrivals: list[ScheduledGenerateArrival]) -> list[PrioritizedGenerateResult]:
+        """onnx-genai-engine's scheduled run: each request becomes visible once the engine has run its
+        `arrival_step` steps from now (steps with nothing to run are skipped); results in the order given."""
+        done: queue.Queue = queue.Queue()
+        with self._wake:  # all queued before the engine thread looks: else the first would start alone
+            base = self.steps
+            for index, arrival in enumerate(arrivals):
+                r = arrival.request
+                self.submit(r.request, priority=r.priority, session_id=r.session_id,
+                            arrival_step=base + arrival.arrival_step,
+                            on_done=partial(_put_indexed, done, index))
+        results: list = [None] * len(arrivals)
+        for _ in arrivals:
+            index, result, error = done.get()
+            if error is not None:
+                raise error
+            results[index] = PrioritizedGenerateResult(arrivals[index].request.session_id, result)
+        return results
 
     def stream(self, request: GenerateRequest, **kwargs) -> Iterator[GenerateToken]:
         """Yield tokens as they are produced; closing the iterator cancels the request."""
@@ -387,3 +379,7 @@ class Engine:
         seq.status = Status.FINISHED
         self._forget(seq)
         deliver_done(seq, result, error)
+
+
+def _put_indexed(done: queue.Queue, index: int, result: GenerateResult | None, error: BaseException | None) -> None:
+    done.put((index, result, error))

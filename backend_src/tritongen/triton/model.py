@@ -20,7 +20,6 @@ from pathlib import Path
 import triton_python_backend_utils as pb_utils
 
 from ..engine.engine import Engine
-from ..engine.harness import kill_engine_thread
 from ..engine.options import GenerateOptions, GenerateRequest, GenerateResult, Priority
 from ..errors import EngineStopped, InvalidOption, RequestFailed, TritongenError
 from .generator_settings import parse_settings
@@ -156,7 +155,8 @@ class TritonPythonModel:
     def _inject(self, fault: str | None) -> None:
         """Tests only: make the engine thread or the response thread die, to prove each is noticed."""
         if fault == "engine_crash":
-            kill_engine_thread(self.engine)
+            self.engine.step_listeners.append(_crash_engine_thread)
+            self.engine.wake()
         elif fault == "send_thread_exit":
             self.sending.put(_exit_thread)
 
@@ -225,3 +225,8 @@ class TritonPythonModel:
         self._flush_step()  # the responses of requests the closing engine ended
         self.sending.close()
         self.observing.close()
+
+
+def _crash_engine_thread(plan, output) -> None:
+    """A step listener that raises: the engine thread dies after its next step (fault injection)."""
+    raise RuntimeError("injected engine fault")
