@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..kv.manager import KvManager
+from ..runtime.decoder import Decoder
 from ..speculative.proposer import Proposal
 from .constraints import MaskComputer, allowed_tokens
 from .sampling import TokenChoice
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 
 class ModelRunner:
-    def __init__(self, decoder, kv: KvManager, masks: MaskComputer, vocab_size: int, stats):
+    def __init__(self, decoder: Decoder, kv: KvManager, masks: MaskComputer, vocab_size: int, stats):
         self.decoder = decoder
         self.kv = kv
         self.masks = masks
