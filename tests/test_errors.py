@@ -31,12 +31,17 @@ from tritongen.triton.request_inputs import parse_request
 FAILED = "[tritongen:failed] generation failed; the server log has the details"
 EXAMPLES = [InvalidOption("max_tokens", "max_tokens must be at least 1"), EngineOverloaded("3 requests wait"),
             EngineStopped("the engine stopped"), SessionBusy("session 's' already has a request in flight"),
-            RequestFailed()]
+            RequestFailed("constraint failed: /secret/path")]
 
 
-@pytest.mark.parametrize("error", EXAMPLES, ids=lambda e: e.code)
+@pytest.mark.parametrize("error", EXAMPLES[:-1], ids=lambda e: e.code)
 def test_every_kind_reads_back_from_its_message(error):
     assert from_wire(error.wire()) == (type(error), str(error))
+
+
+def test_a_failure_goes_out_without_what_failed():
+    assert RequestFailed("constraint failed: /secret/path").wire() == FAILED
+    assert from_wire(FAILED) == (RequestFailed, "generation failed; the server log has the details")
 
 
 def test_the_code_is_read_at_the_start_only_and_must_be_known():
@@ -122,10 +127,17 @@ def test_a_failure_during_generation_reaches_the_client_without_its_text(respond
     assert "client-7" in logged and "constraint rejected token 42: /secret/path" in logged and "Traceback" in logged
 
 
-@pytest.mark.parametrize("error", EXAMPLES[1:], ids=lambda e: e.code)
+@pytest.mark.parametrize("error", EXAMPLES[1:-1], ids=lambda e: e.code)
 def test_a_typed_error_goes_out_with_its_own_code(responder, error):
     sent = final_error(responder, error)
     assert (sent.message, sent.code) == (error.wire(), error.triton_code) and responder.logged == []
+
+
+def test_a_request_failed_in_the_engine_is_logged_and_goes_out_without_its_text(responder):
+    sent = final_error(responder, RequestFailed("constraint failed: /secret/path"))
+    assert (sent.message, sent.code) == (FAILED, "INTERNAL")
+    logged, = responder.logged
+    assert "client-7" in logged and "constraint failed: /secret/path" in logged
 
 
 # ---- the front ends: the code back to a type ----------------------------------------------------------------

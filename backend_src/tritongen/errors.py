@@ -63,14 +63,16 @@ class SessionBusy(TritongenError):
 
 
 class RequestFailed(TritongenError):
-    """Generation failed on the server's side. The client learns only that; the server log has the details."""
+    """Generation failed on the server's side: a model call, a proposer or a constraint that raised. The message
+    says what failed, for the server log; the client is told no more than that it failed (`wire`)."""
 
     code = "failed"
     http_status = 500
     triton_code = "INTERNAL"
+    CLIENT_MESSAGE: ClassVar[str] = "generation failed; the server log has the details"
 
-    def __init__(self, message: str = "generation failed; the server log has the details"):
-        super().__init__(message)
+    def wire(self) -> str:
+        return f"[tritongen:{self.code}] {self.CLIENT_MESSAGE}"
 
 
 KINDS: dict[str, type[TritongenError]] = {

@@ -138,8 +138,7 @@ class TritonPythonModel:
         except Exception:  # noqa: BLE001 - our bug, not the client's: logged here, never shown to the client
             pb_utils.Logger.log_error(f"request {request.request_id() or '-'} failed before generation: "
                                       f"{traceback.format_exc()}")
-            sender.send(error_response(RequestFailed("internal error before generation; the server log has the "
-                                                     "details")), flags=FINAL)
+            sender.send(error_response(RequestFailed("failed before generation")), flags=FINAL)
 
     def _wanted(self, request, parsed: ParsedRequest) -> set[str]:
         """The outputs each response holds: text_output and the flagged ones for a vLLM-backend client's return_*

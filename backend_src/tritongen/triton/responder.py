@@ -232,11 +232,12 @@ class RequestResponder:
                 self._close(self.response(text, ids, result.finish_reason, logprobs))
 
     def _typed(self, error: BaseException) -> TritongenError:
-        """A typed error as it is; any other (a model call, a proposer or a constraint that raised) is logged with
-        the request's ids and reaches the client as RequestFailed, never as its own text."""
-        if isinstance(error, TritongenError):
+        """The error as the client gets it. A failure, RequestFailed or any exception that is not one of the typed
+        errors (a model call, a proposer or a constraint that raised), is logged with the request's ids and goes
+        out as RequestFailed, whose wire message never carries what failed."""
+        if isinstance(error, TritongenError) and not isinstance(error, RequestFailed):
             return error
         engine_id = self.handle.request_id if self.handle is not None else "-"
         pb_utils.Logger.log_error(f"request {self.request_id or '-'} (engine request {engine_id}) failed: "
                                   f"{''.join(traceback.format_exception(error)).rstrip()}")
-        return RequestFailed()
+        return error if isinstance(error, RequestFailed) else RequestFailed(repr(error))
