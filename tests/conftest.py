@@ -1,14 +1,30 @@
-"""Shared fixtures: the built SmolLM2 repository and seeded tiny model folders."""
+"""Shared fixtures: the built SmolLM2 repository, seeded tiny model folders, and the foreign ones."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = ROOT / "model_repository"
+FOREIGN = ROOT / "foreign_models"
+# Set by `make test`, which builds the foreign folders first: there an absent one fails its tests, never skips them.
+FOREIGN_REQUIRED = "TRITONGEN_FOREIGN_REQUIRED"
+
+
+def foreign_folder(name: str) -> Path:
+    """A folder `make foreign-models` builds with the converter environments (.venv-genai, .venv-optimum). Absent,
+    its tests skip, saying so: `make test-fast` needs only `make setup` and `make models`."""
+    path = FOREIGN / name
+    if not path.is_dir():
+        message = f"{path} is absent: `make foreign-models` builds it"
+        if os.environ.get(FOREIGN_REQUIRED) == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
 
 
 def smollm2_gguf() -> Path:

@@ -13,14 +13,15 @@ from onnx import TensorProto, helper
 from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig
 
-from conftest import ROOT
+from conftest import foreign_folder
 
-TINY_GENAI = ROOT / "foreign_models" / "tiny-genai-fp32"
-TINY_OPTIMUM = ROOT / "foreign_models" / "tiny-optimum-fp32"
+TINY_GENAI = "tiny-genai-fp32"
+TINY_OPTIMUM = "tiny-optimum-fp32"
 
 
-def copy_of(source: Path, tmp_path: Path) -> Path:
-    assert source.is_dir(), f"{source} missing: run `make foreign-models`"
+def copy_of(name: str, tmp_path: Path) -> Path:
+    """A copy of a foreign folder, to break."""
+    source = foreign_folder(name)
     dest = tmp_path / source.name
     shutil.copytree(source, dest)
     return dest

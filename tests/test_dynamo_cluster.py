@@ -14,7 +14,7 @@ import pytest
 
 from tritongen.dynamo.cluster import Cluster, ClusterOptions
 
-from conftest import ROOT
+from conftest import foreign_folder
 from dynamo_helpers import descendants, listening, needs_dynamo, post, scrape_prometheus
 from triton_helpers import cancelled_counts, grpc_request, later, text, wait_idle
 
@@ -108,7 +108,7 @@ def test_the_generators_load_reaches_dynamo(cluster):
 
 def test_a_builder_folder_without_config_json_is_served_through_its_model_card():
     """onnxruntime-genai's builder writes genai_config.json, no config.json: the frontend reads a derived card."""
-    folder = ROOT / "foreign_models" / "smollm2-genai-int4"
+    folder = foreign_folder("smollm2-genai-int4")
     single = Cluster(ClusterOptions(replicas=1, repository=folder, http_port=0)).start()
     try:
         answer = post(single, "/v1/chat/completions", {"model": "generator", "messages": CHAT, "temperature": 0,

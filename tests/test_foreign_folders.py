@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import queue
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -26,18 +25,11 @@ from tritongen.engine.options import (
 from tritongen.kv.connector_config import KvConnectorConfig, LocalTieredConfig
 from tritongen.speculative.modes import SpeculativeMode
 
-from conftest import ROOT
+from conftest import foreign_folder
 from triton_helpers import tree_digest
 
-FOREIGN = ROOT / "foreign_models"
 TINY = ["tiny-genai-fp32", "tiny-genai-int4", "tiny-optimum-fp32", "tiny-optimum-fp16"]
 WORDS = "the quick brown fox jumps over a lazy dog while seven wise owls watch from old oak trees".split()
-
-
-def folder(name: str) -> Path:
-    path = FOREIGN / name
-    assert (path / "tokenizer.json").is_file(), f"{path} missing: run `make foreign-models`"
-    return path
 
 
 def text(i: int, n: int) -> str:
@@ -63,7 +55,7 @@ def run_all(engine: Engine, requests: list[GenerateRequest]) -> list:
 @pytest.fixture(scope="module", params=TINY)
 def foreign(request):
     """An engine on one tiny foreign folder; the folder must be byte-identical afterwards."""
-    path = folder(request.param)
+    path = foreign_folder(request.param)
     before = tree_digest(path)
     engine = Engine(path, EngineConfig(max_model_len=512))
     yield engine
@@ -120,7 +112,7 @@ def test_prompt_lookup_and_a_constraint(foreign):
 
 @pytest.mark.parametrize("name", TINY)
 def test_preemption_under_a_small_pool_keeps_every_output(name):
-    path = folder(name)
+    path = foreign_folder(name)
     roomy = Engine(path, EngineConfig(max_model_len=128))
     tight = Engine(path, EngineConfig(num_gpu_pages=10, page_size=16, max_model_len=160,
                                       scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=24)))
@@ -137,7 +129,7 @@ def test_preemption_under_a_small_pool_keeps_every_output(name):
 
 @pytest.mark.parametrize("name", ["tiny-genai-fp32", "tiny-optimum-fp16"])
 def test_the_kv_connector_fetches_what_recompute_would_give(name, tmp_path):
-    path = folder(name)
+    path = foreign_folder(name)
     connector = KvConnectorConfig("local_tiered", chunk_size=32, recompute_ms_per_token=1.0,
                                   local_tiered=LocalTieredConfig(disk_path=tmp_path))
     request = GenerateRequest(text(2, 70), greedy(8))
@@ -159,7 +151,7 @@ def test_the_hub_layout_serves_the_variant_it_is_told(tmp_path):
     """onnx-community's layout: tokenizer files at the top, graphs in onnx/ (model.onnx, model_fp16.onnx)."""
     hub = tmp_path / "hub"
     (hub / "onnx").mkdir(parents=True)
-    fp32, fp16 = folder("tiny-optimum-fp32"), folder("tiny-optimum-fp16")
+    fp32, fp16 = foreign_folder("tiny-optimum-fp32"), foreign_folder("tiny-optimum-fp16")
     for f in fp32.iterdir():
         if not f.name.startswith("model.onnx"):
             shutil.copy(f, hub / f.name)
@@ -186,7 +178,7 @@ def test_the_hub_layout_serves_the_variant_it_is_told(tmp_path):
 def test_a_list_of_eos_ids_each_stops(tmp_path):
     """generation_config.json's eos_token_id as a list: every id in it ends a request."""
     copy = tmp_path / "eos"
-    shutil.copytree(folder("tiny-optimum-fp32"), copy)
+    shutil.copytree(foreign_folder("tiny-optimum-fp32"), copy)
     engine = Engine(copy, EngineConfig(max_model_len=256))
     try:
         first = engine.generate(GenerateRequest(text(0, 8), greedy(6))).token_ids

@@ -11,13 +11,11 @@ from tritongen.runtime.decoder_signature import uses_group_query_attention
 from tritongen.runtime.graph_ops import graph_op_types
 from tritongen.runtime.repository import onnx_path
 
-from conftest import ROOT
+from conftest import foreign_folder
 
-FOREIGN = ROOT / "foreign_models"
-# Inline weights (ours), external data (onnxruntime-genai's), inline Constant-heavy (Optimum's).
-GRAPHS = {"genai-fp32": FOREIGN / "smollm2-genai-fp32" / "model.onnx",
-          "genai-int4": FOREIGN / "smollm2-genai-int4" / "model.onnx",
-          "optimum-fp32": FOREIGN / "smollm2-optimum-fp32" / "model.onnx"}
+# Inline weights (ours), external data (onnxruntime-genai's), inline Constant-heavy (Optimum's): foreign folders.
+GRAPHS = {"genai-fp32": "smollm2-genai-fp32", "genai-int4": "smollm2-genai-int4",
+          "optimum-fp32": "smollm2-optimum-fp32"}
 
 
 def onnx_ops(path: Path) -> set[str]:
@@ -27,8 +25,8 @@ def onnx_ops(path: Path) -> set[str]:
 @pytest.mark.parametrize("name", ["tiny-gqa", "tiny-concat", "smollm2", *GRAPHS])
 def test_op_types_match_onnx_load(name, tiny_folder, tiny_concat_folder, target_gqa_folder):
     folders = {"tiny-gqa": tiny_folder, "tiny-concat": tiny_concat_folder, "smollm2": target_gqa_folder}
-    path = onnx_path(folders[name]) if name in folders else GRAPHS[name]
-    assert path.is_file(), f"{path} missing: run `make models` / `make foreign-models`"
+    path = onnx_path(folders[name]) if name in folders else foreign_folder(GRAPHS[name]) / "model.onnx"
+    assert path.is_file(), f"{path} missing"
     ops = graph_op_types(path)
     assert ops == onnx_ops(path)
     assert uses_group_query_attention(path) == ("GroupQueryAttention" in ops) == (name not in ("tiny-concat",

@@ -16,12 +16,12 @@ import pytest
 
 from tritongen.serve import free_port
 
-from conftest import ROOT
+from conftest import FOREIGN, ROOT, foreign_folder
 from triton_helpers import I32, I64, grpc_request, later, tree_digest
 
 pytestmark = pytest.mark.server
 
-FOLDER = ROOT / "foreign_models" / "tiny-genai-fp32"
+FOLDER = FOREIGN / "tiny-genai-fp32"
 
 
 def build_wheel(dest: Path) -> Path:
@@ -37,6 +37,7 @@ def build_wheel(dest: Path) -> Path:
 
 
 def test_installed_wheel_serves_a_model_folder(tmp_path):
+    foreign_folder(FOLDER.name)
     wheel = build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"tritongen/triton/generator_model/config.pbtxt", "tritongen/triton/generator_model/1/model.py",

@@ -13,9 +13,7 @@ from tritongen.runtime.model_card import hf_config, write_model_card
 from tritongen.runtime.model_folder import locate
 from tritongen.runtime.tokenizer import TextTokenizer
 
-from conftest import REPOSITORY, ROOT
-
-FOREIGN = ROOT / "foreign_models"
+from conftest import REPOSITORY, foreign_folder
 
 
 def graph_numbers(onnx_file) -> dict:
@@ -47,8 +45,8 @@ def test_every_built_decoder_has_its_own_layer_count(name):
 
 @pytest.mark.parametrize("name", ["tiny-genai-fp32", "smollm2-genai-int4"])
 def test_a_builder_folder_gets_a_config_derived_from_genai_config(name, tmp_path):
-    folder = FOREIGN / name
-    assert (folder / "genai_config.json").is_file(), f"{folder} missing: run `make foreign-models`"
+    folder = foreign_folder(name)
+    assert (folder / "genai_config.json").is_file(), f"{folder} has no genai_config.json"
     assert not (folder / "config.json").exists()  # the builder writes none: it must be derived
     model = json.loads((folder / "genai_config.json").read_text())["model"]
     config = hf_config(folder)
@@ -64,8 +62,8 @@ def test_a_builder_folder_gets_a_config_derived_from_genai_config(name, tmp_path
 
 
 def test_an_optimum_folder_keeps_its_own_config(tmp_path):
-    folder = FOREIGN / "tiny-optimum-fp32"
-    assert (folder / "config.json").is_file(), f"{folder} missing: run `make foreign-models`"
+    folder = foreign_folder("tiny-optimum-fp32")
+    assert (folder / "config.json").is_file(), f"{folder} has no config.json"
     assert hf_config(folder) == json.loads((folder / "config.json").read_text())
 
 
