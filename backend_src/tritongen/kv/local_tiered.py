@@ -47,6 +47,7 @@ from .connector import (
     KvStoreEntry,
 )
 from .connector_config import COMPRESSIONS, LocalTieredConfig
+from .counters import Counters
 from .kv_events import BlockRemoved, BlockStored
 from .store_writer import StoreWriter
 
@@ -178,11 +179,16 @@ class LocalTieredConnector(KvCacheConnector):
         self._lock = threading.Lock()
         # Bytes per second, refined from real transfers; the first guesses are conservative.
         self.bandwidth = {"cpu": 2e9, "disk": 2e8}
-        self.stats = {"stored": 0, "store_dropped": 0, "bytes_stored": 0, "corrupt_dropped": 0, "stale_dropped": 0}
+        self._stats = Counters("stored", "store_dropped", "bytes_stored", "corrupt_dropped", "stale_dropped")
         if self.disk is not None:
             self.disk.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._load_disk_index(self.disk)
         self._writer = StoreWriter(self._store_now, self._count_dropped, "tritongen-kv-store", max_queued=64)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counts at one instant: the store writer adds to them while the engine thread runs."""
+        return self._stats.snapshot()
 
     # ---- protocol ---------------------------------------------------------
 
@@ -263,7 +269,7 @@ class LocalTieredConnector(KvCacheConnector):
     # ---- storing ----------------------------------------------------------
 
     def _count_dropped(self) -> None:
-        self.stats["store_dropped"] += 1
+        self._stats.add(store_dropped=1)
 
     def _store_now(self, entry: KvStoreEntry) -> None:
         raw = encode_chunk(self.codec, entry.kv)
@@ -289,8 +295,7 @@ class LocalTieredConnector(KvCacheConnector):
                 for old in evicted:
                     old.file.unlink(missing_ok=True)
                 self._announce("disk", entry.blocks, evicted)
-        self.stats["stored"] += 1
-        self.stats["bytes_stored"] += len(payload)
+        self._stats.add(stored=1, bytes_stored=len(payload))
 
     # ---- disk -------------------------------------------------------------
 
@@ -314,12 +319,12 @@ class LocalTieredConnector(KvCacheConnector):
                     header = _read_header(f, path.stem)
             except (OSError, CorruptChunk):
                 path.unlink(missing_ok=True)
-                self.stats["corrupt_dropped"] += 1
+                self._stats.add(corrupt_dropped=1)
                 continue
             file_name, _, file_weights = header["model_id"].rpartition("@")
             if (name and file_name == name and file_weights != weights) or header["dtype"] != self.codec.name:
                 path.unlink(missing_ok=True)
-                self.stats["stale_dropped"] += 1
+                self._stats.add(stale_dropped=1)
                 continue
             entry = _Entry(header["payload_bytes"], CachePriority[header["priority"]], header, path=path)
             for old in disk.add(path.stem, entry):
@@ -356,7 +361,7 @@ class LocalTieredConnector(KvCacheConnector):
             self._announce("cpu" if tier is self.cpu else "disk", None, [entry] if entry is not None else [])
         if entry is not None and entry.path is not None:
             entry.path.unlink(missing_ok=True)
-        self.stats["corrupt_dropped"] += 1
+        self._stats.add(corrupt_dropped=1)
 
     def _decode(self, header: dict, payload: bytes) -> np.ndarray:
         size = chunk_nbytes(self.codec, header["shape"])

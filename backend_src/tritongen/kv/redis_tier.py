@@ -32,6 +32,7 @@ from .connector import (
     KvStoreEntry,
 )
 from .connector_config import RedisTierConfig
+from .counters import Counters
 from .redis_record import CorruptRecord, pack_record, record_header, unpack_record
 from .store_writer import StoreWriter
 
@@ -49,13 +50,18 @@ class RedisTierConnector(KvCacheConnector):
         self.backoff = Backoff()
         # Running estimates, refined by each fetch: bytes per second and the fixed cost of one round trip.
         self.bandwidth, self.round_trip_s = 1e9, 5e-4
-        self.stats = {"stored": 0, "store_dropped": 0, "too_large": 0, "bytes_stored": 0, "corrupt_dropped": 0,
-                      "errors": 0, "skipped": 0}
+        self._stats = Counters("stored", "store_dropped", "too_large", "bytes_stored", "corrupt_dropped", "errors",
+                               "skipped")
         self._writer = StoreWriter(self._store_now, self._count_dropped, "tritongen-kv-redis-store", _STORE_QUEUE)
 
     def name(self, key: KvCacheKey) -> str:
         """The Redis key of a chunk: dtype and model in clear (for an operator's SCAN), the full key's digest."""
         return f"tritongen:kv:{self.codec.name}:{key.model_id}:{key.digest}"
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """The counts at one instant: the store writer adds to them while the engine thread runs."""
+        return self._stats.snapshot()
 
     # ---- protocol ---------------------------------------------------------
 
@@ -96,7 +102,7 @@ class RedisTierConnector(KvCacheConnector):
             shape, payload = unpack_record(value, key, self.codec.name)
             kv = decode_chunk(self.codec, shape, payload)
         except (CorruptRecord, ValueError):
-            self.stats["corrupt_dropped"] += 1
+            self._stats.add(corrupt_dropped=1)
             self._guarded(lambda: self.client.delete(name))
             return None
         elapsed = time.perf_counter() - start
@@ -132,27 +138,26 @@ class RedisTierConnector(KvCacheConnector):
     def _guarded(self, operation: Callable[[], T]) -> T | None:
         """Run one Redis operation; None when backing off or when it fails (which starts a backoff)."""
         if not self.backoff.ready():
-            self.stats["skipped"] += 1
+            self._stats.add(skipped=1)
             return None
         try:
             result = operation()
         except (redis.RedisError, OSError):  # down, slow, refusing: the engine prefills instead
-            self.stats["errors"] += 1
+            self._stats.add(errors=1)
             self.backoff.failed()
             return None
         self.backoff.succeeded()
         return result
 
     def _count_dropped(self) -> None:
-        self.stats["store_dropped"] += 1
+        self._stats.add(store_dropped=1)
 
     def _store_now(self, entry: KvStoreEntry) -> None:
         payload = encode_chunk(self.codec, entry.kv)
         value = pack_record(record_header(entry.key, self.codec.name, list(entry.kv.shape)), payload)
         if len(value) > self.config.max_bytes:
-            self.stats["too_large"] += 1
+            self._stats.add(too_large=1)
             return
         name, ttl = self.name(entry.key), self.config.ttl_seconds
         if self._guarded(lambda: self.client.set(name, value, ex=ttl, nx=True)):
-            self.stats["stored"] += 1
-            self.stats["bytes_stored"] += len(value)
+            self._stats.add(stored=1, bytes_stored=len(value))
