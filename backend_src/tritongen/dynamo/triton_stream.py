@@ -16,18 +16,13 @@ from typing import Any, AsyncGenerator
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype, triton_to_np_dtype
 
 from ..errors import EngineStopped, RequestFailed, TritongenError, from_wire
+from ..request_fields import CLIENT_DTYPES
 
-# The generator's inputs the worker sends -> numpy dtype (config.pbtxt); lists become [-1] tensors.
-INPUT_DTYPES = {
-    "input_ids": np.int64, "stream": np.bool_, "max_tokens": np.int32, "min_length": np.int32,
-    "temperature": np.float32, "top_p": np.float32, "top_k": np.int32, "min_p": np.float32,
-    "repetition_penalty": np.float32, "frequency_penalty": np.float32, "presence_penalty": np.float32,
-    "seed": np.uint64, "ignore_eos": np.bool_, "return_log_probs": np.bool_, "top_logprobs": np.int32,
-    "sampling_parameters": np.object_,
-}
+# The generator's input names -> numpy dtype (config.pbtxt's); lists become [-1] tensors.
+INPUT_DTYPES = {name: triton_to_np_dtype(dtype) for name, dtype in CLIENT_DTYPES.items()}
 # Only what the worker reads (the generator still detokenizes for its stop checks, but sends no text).
 OUTPUTS = ("output_ids", "finish_reason", "num_input_tokens", "prefix_cache_hit_len", "logprobs")
 

@@ -204,7 +204,7 @@ class Engine:
                arrival_step: int | None = None) -> RequestHandle:
         """Queue a request; one already prepared (`prepare`) is not checked again."""
         if not self.alive:
-            raise EngineStopped(f"engine is not running: {self.error!r}")
+            raise EngineStopped("engine is not running") from self.error  # the cause: engine.error, not the wire
         prepared = request if isinstance(request, PreparedRequest) else self.prepare(request)
         ids, options = prepared.prompt_ids, prepared.options
         eos = (options.eos_token_id,) if options.eos_token_id is not None else self.tokenizer.eos_token_ids
@@ -222,7 +222,7 @@ class Engine:
             seq.status, seq.arrival_step = Status.SCHEDULED, arrival_step
         with self._wake:
             if self._stopped:  # checked under the lock the engine thread ends under: no request is left unanswered
-                raise EngineStopped(f"engine is not running: {self.error!r}")
+                raise EngineStopped("engine is not running") from self.error  # the cause: engine.error, not the wire
             # Not yet admitted, beyond what the free batch slots take at the next step.
             free_slots = self.config.scheduler.max_num_seqs - len(self.scheduler.running)
             waiting = len(self._live) - len(self.scheduler.running) - max(free_slots, 0)

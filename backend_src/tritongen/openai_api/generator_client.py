@@ -15,20 +15,14 @@ from typing import Any, AsyncGenerator
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype, triton_to_np_dtype
 
 from ..errors import EngineStopped, RequestFailed, from_wire
+from ..request_fields import CLIENT_DTYPES
 from .errors import OpenAIError, from_generator, unavailable
 
-# The generator's input names -> numpy dtype (config.pbtxt); lists become [-1] tensors.
-INPUT_DTYPES = {
-    "text_input": np.object_, "messages": np.object_, "input_ids": np.int64, "max_tokens": np.int32,
-    "min_length": np.int32, "stream": np.bool_, "exclude_input_in_output": np.bool_, "temperature": np.float32,
-    "top_p": np.float32, "top_k": np.int32, "min_p": np.float32, "repetition_penalty": np.float32,
-    "frequency_penalty": np.float32, "presence_penalty": np.float32, "seed": np.uint64, "stop_words": np.object_,
-    "ignore_eos": np.bool_, "return_log_probs": np.bool_, "top_logprobs": np.int32,
-    "sampling_parameters": np.object_, "tools": np.object_,
-}
+# The generator's input names -> numpy dtype (config.pbtxt's); lists become [-1] tensors.
+INPUT_DTYPES = {name: triton_to_np_dtype(dtype) for name, dtype in CLIENT_DTYPES.items()}
 
 
 @dataclass
