@@ -72,9 +72,10 @@ def write_target_init(out: Path) -> None:
     from dataclasses import asdict
 
     from tritongen.model_build.__main__ import default_gguf
+    from tritongen.model_build.gguf_file import GgufFile
     from tritongen.model_build.gguf_import import read_weights
 
-    w = read_weights(str(default_gguf()), progress=False)
+    w = read_weights(GgufFile(default_gguf()), progress=False)
     last = w.layers[-1]
     arrays = {name: getattr(last, name) for name in ("attn_norm", "q", "k", "v", "o", "ffn_norm", "gate", "up", "down")}
     np.savez(out / "target_init.npz", final_norm=w.final_norm, **arrays)
