@@ -38,7 +38,8 @@ guarded="model-repository,shared-memory,trace,logging:tritongen-operator-key=$ke
 if [ -n "${OPENAI_API_PORT:-}" ]; then  # it answers 503 until the generator is ready
   python3 -m tritongen.openai_api --triton-url 127.0.0.1:8001 --port "$OPENAI_API_PORT" &
 fi
+# --metrics-interval-ms as serve.py sets it: Triton's exit waits for its metrics thread's sleep (half the interval).
 exec tritonserver --model-repository="$repository" \
-  --model-control-mode=explicit "${models[@]}" --disable-auto-complete-config \
+  --model-control-mode=explicit "${models[@]}" --disable-auto-complete-config --metrics-interval-ms=200 \
   --http-address=0.0.0.0 --grpc-address=0.0.0.0 --metrics-address=0.0.0.0 \
   --http-restricted-api="$guarded" --grpc-restricted-protocol="$guarded" "$@"
