@@ -71,11 +71,12 @@ def write_target_init(out: Path) -> None:
     """The target's spec, embedding-free last layer and final norm: the trainer (torch, no tritongen) reads them."""
     from dataclasses import asdict
 
+    from gguf import GGUFReader
+
     from tritongen.model_build.__main__ import default_gguf
-    from tritongen.model_build.gguf_file import GgufFile
     from tritongen.model_build.gguf_import import read_weights
 
-    w = read_weights(GgufFile(default_gguf()), progress=False)
+    w = read_weights(GGUFReader(str(default_gguf())), progress=False)
     last = w.layers[-1]
     arrays = {name: getattr(last, name) for name in ("attn_norm", "q", "k", "v", "o", "ffn_norm", "gate", "up", "down")}
     np.savez(out / "target_init.npz", final_norm=w.final_norm, **arrays)

@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from gguf import GGUFReader
 from tqdm import tqdm
 
 from . import __file__ as _pkg_file
 from .decoder_graph import build_decoder
 from .fp16 import convert_fp16
-from .gguf_file import GgufFile
 from .gguf_import import read_weights
 from .head_folders import TRAINED_EAGLE3, write_heads, write_target_matrices
 from .hf_config import llama_config
@@ -91,9 +91,9 @@ def build(repo: Path, gguf_path: Path, fp16: bool = False) -> None:
         print(f"models up to date in {repo} (builder {keys['target']['builder']})")
         return
     t0 = time.time()
-    gguf = GgufFile(gguf_path)  # opened once: tokenizer, settings and weights all come from it
-    tokenizer_json, settings = tokenizer_json_from_gguf(gguf), settings_from_gguf(gguf)
-    weights = read_weights(gguf)
+    reader = GGUFReader(str(gguf_path))
+    tokenizer_json, settings = tokenizer_json_from_gguf(reader), settings_from_gguf(reader)
+    weights = read_weights(reader)
     for name in tqdm([n for n in stale if n in variants], desc="build onnx models"):
         dropped, attention, precision = variants[name]
         kept = [i for i in range(weights.spec.num_layers) if i not in dropped]

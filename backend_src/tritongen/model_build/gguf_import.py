@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGUFReader
 from gguf.quants import dequantize
 from tqdm import tqdm
 
-from .gguf_file import GgufFile
 from .llama_weights import LayerWeights, LlamaSpec, LlamaWeights
 
 
-def read_spec(gguf: GgufFile) -> LlamaSpec:
-    arch = gguf.field("general.architecture")
+def field_value(reader: GGUFReader, key: str):
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def read_spec(reader: GGUFReader) -> LlamaSpec:
+    arch = field_value(reader, "general.architecture")
     if arch != "llama":
         raise ValueError(f"unsupported GGUF architecture {arch!r}; only 'llama' is implemented")
-    get = lambda key: gguf.field(f"llama.{key}")  # noqa: E731
-    vocab = get("vocab_size") or len(gguf.field("tokenizer.ggml.tokens"))
+    get = lambda key: field_value(reader, f"llama.{key}")  # noqa: E731
+    vocab = get("vocab_size") or len(field_value(reader, "tokenizer.ggml.tokens"))
     return LlamaSpec(
         vocab_size=int(vocab),
         hidden_size=int(get("embedding_length")),
@@ -35,9 +40,11 @@ def unpermute_rotary(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, out_dim // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def read_weights(gguf: GgufFile, progress: bool = True) -> LlamaWeights:
-    spec = read_spec(gguf)
-    tensors = gguf.tensors
+def read_weights(reader: GGUFReader, progress: bool = True) -> LlamaWeights:
+    """The weights of an opened GGUF (opening one parses every metadata string: SmolLM2's ~98,000 tokens and
+    merges take seconds, so a build opens it once)."""
+    spec = read_spec(reader)
+    tensors = {t.name: t for t in reader.tensors}
 
     def load(name: str) -> np.ndarray:
         t = tensors[name]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .gguf_file import GgufFile
+from gguf import GGUFReader
+
+from .gguf_import import field_value
 
 CONTROL_TOKEN_TYPES = (3, 4)  # gguf TokenType CONTROL, USER_DEFINED
 
@@ -26,14 +28,14 @@ _SMOLLM_PRE_TOKENIZER = {
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 
 
-def tokenizer_json_from_gguf(gguf: GgufFile) -> dict:
-    model = gguf.field("tokenizer.ggml.model")
-    pre = gguf.field("tokenizer.ggml.pre")
+def tokenizer_json_from_gguf(reader: GGUFReader) -> dict:
+    model = field_value(reader, "tokenizer.ggml.model")
+    pre = field_value(reader, "tokenizer.ggml.pre")
     if model != "gpt2" or pre not in ("smollm", "gpt2"):
         raise ValueError(f"unsupported GGUF tokenizer {model!r}/{pre!r}")
-    tokens = gguf.field("tokenizer.ggml.tokens")
-    types = gguf.field("tokenizer.ggml.token_type")
-    merges = gguf.field("tokenizer.ggml.merges")
+    tokens = field_value(reader, "tokenizer.ggml.tokens")
+    types = field_value(reader, "tokenizer.ggml.token_type")
+    merges = field_value(reader, "tokenizer.ggml.merges")
     added = [
         {"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
          "normalized": False, "special": True}
@@ -57,18 +59,18 @@ def tokenizer_json_from_gguf(gguf: GgufFile) -> dict:
     }
 
 
-def settings_from_gguf(gguf: GgufFile) -> dict:
-    tokens = gguf.field("tokenizer.ggml.tokens")
-    ids = {k: gguf.field(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "padding")}
+def settings_from_gguf(reader: GGUFReader) -> dict:
+    tokens = field_value(reader, "tokenizer.ggml.tokens")
+    ids = {k: field_value(reader, f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "padding")}
     return {
-        "chat_template": gguf.field("tokenizer.chat_template"),
+        "chat_template": field_value(reader, "tokenizer.chat_template"),
         "bos_token": tokens[ids["bos"]] if ids["bos"] is not None else None,
         "eos_token": tokens[ids["eos"]],
         "eos_token_id": int(ids["eos"]),
         "bos_token_id": None if ids["bos"] is None else int(ids["bos"]),
         "pad_token_id": None if ids["padding"] is None else int(ids["padding"]),
-        "add_bos_token": bool(gguf.field("tokenizer.ggml.add_bos_token")),
-        "max_position_embeddings": int(gguf.field("llama.context_length")),
+        "add_bos_token": bool(field_value(reader, "tokenizer.ggml.add_bos_token")),
+        "max_position_embeddings": int(field_value(reader, "llama.context_length")),
     }
 
 
