@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from test_json_depth import DEEP, JSON_ROWS, NESTED_STRINGS, at_the_limit, schema, with_companions
 
 from triton_helpers import (
     F32,
@@ -62,6 +63,14 @@ class Case(NamedTuple):
 def sp(**kwargs) -> dict:
     """text_input + sampling_parameters JSON."""
     return {**HI, "sampling_parameters": text(json.dumps(kwargs))}
+
+
+def with_prompt(tensors: dict) -> dict:
+    return tensors if "messages" in tensors else {**HI, **tensors}
+
+
+def without(tensors: dict, name: str) -> dict:
+    return {k: v for k, v in tensors.items() if k != name}
 
 
 CASES = [
@@ -255,6 +264,13 @@ CASES = [
         {**HI, "guided_decoding_guide_type": text("regex"), "guided_decoding_guide": text("a" * 200000)},
         "guided_decoding_guide",
     ),
+    # every JSON input of the request field table, and JSON inside sampling_parameters' strings, nested 100,000 deep
+    *[Case(f"{row.name}_nested_100000_deep", with_prompt(with_companions(row.name, DEEP)),
+           f"{row.name} nests deeper than the limit of 64 levels") for row in JSON_ROWS],
+    *[Case(f"{field}_nested_100000_deep", sp(**value), f"{field} nests deeper")
+      for field, value in NESTED_STRINGS.items()],
+    *[Case(f"parameter_{row.name}_nested_100000_deep", with_prompt(without(with_companions(row.name, ""), row.name)),
+           f"{row.name} nests deeper", parameters={row.name: DEEP}) for row in JSON_ROWS if row.parameter],
     # request parameters (gRPC parameters; top-level JSON keys that are not inputs over HTTP)
     Case("parameter_min_tokens_a_word", HI, "parameter min_tokens", parameters={"min_tokens": "many"}),
     Case("parameter_unknown", HI, "frobnicate_param", parameters={"frobnicate_param": 1}),
@@ -353,6 +369,22 @@ def test_extreme_but_valid_values_run_and_finish(server, body, finish):
     status, text_ = generate(server, body)
     assert status == 200, text_
     assert json.loads(text_)["finish_reason"] == finish
+
+
+@pytest.mark.parametrize("row", JSON_ROWS, ids=[row.name for row in JSON_ROWS])
+def test_json_inputs_at_the_depth_limit_are_not_refused_for_it(server, row):
+    """Nested exactly max_json_depth deep: served, or refused only for something else (such as a template)."""
+    inputs = {**with_prompt(with_companions(row.name, at_the_limit(row.name))), "max_tokens": I32(3)}
+    status, answer = generate(server, http_body(Case("", inputs, "")))
+    assert status == 200 or "nests deeper" not in answer, answer
+
+
+def test_a_json_schema_guide_at_the_depth_limit_is_compiled_and_followed(server):
+    status, answer = generate(server, {"text_input": "Hello", "max_tokens": 3, "exclude_input_in_output": True,
+                                       "guided_decoding_guide_type": "json_schema",
+                                       "guided_decoding_guide": json.dumps(schema(64))})
+    assert status == 200, answer
+    assert json.loads(answer)["text_output"].lstrip().startswith("[")  # the schema's outer array, opened
 
 
 def test_server_healthy_and_no_page_held_afterwards(server):

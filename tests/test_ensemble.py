@@ -190,6 +190,14 @@ def test_an_unsupported_field_is_an_error_naming_it(server, prompt, field, value
 
 
 @pytest.mark.server
+def test_a_guide_nested_past_the_depth_bound_is_an_error_naming_it(server, prompt):
+    """The step passes the guide on; the generator refuses it before anything parses it."""
+    guide = {"guided_decoding_guide_type": rows("json_schema"), "guided_decoding_guide": rows("[" * 100_000)}
+    got = stream(server, "ensemble", ensemble_request(prompt, **guide))
+    assert len(got) == 1 and isinstance(got[0], str) and "guided_decoding_guide nests deeper" in got[0], got
+
+
+@pytest.mark.server
 def test_model_control_stays_with_the_operator(server):
     """Loading the ensemble opens no door: a client still cannot unload it or its generator."""
     for model in ("ensemble", "generator", "tensorrtllm_inputs"):

@@ -21,6 +21,7 @@ SOURCE = ROOT / "backend_src"
 # its own layer: runtime and kv stay independent (what kv needs of a decoder is kv/protocols.py).
 LAYERS = [
     ["__init__", "errors", "request_fields"],  # the standard library only: every layer may use them
+    ["json_depth"],  # the standard library and errors: every layer above may use it
     ["runtime", "kv"],
     ["speculative"],
     ["engine"],

@@ -219,6 +219,25 @@ def test_invalid_requests_get_openai_errors(client):
     assert caught.value.response.json()["error"]["code"] == "model_not_found"
 
 
+def test_json_past_the_depth_bound_is_a_400_naming_the_field_and_at_it_is_served(api, client):
+    """Each top-level field may nest 64 levels (the bound every door holds): deeper is refused before the body is
+    parsed (sent raw: the client's own json.dumps would recurse); a response format and a tool at the bound run."""
+    start = '{"model": "generator", "messages": [{"role": "user", "content": "hi"}], '
+    for field in ("response_format", "tools", "messages", "logit_bias"):
+        status, _, body = post(api + "/v1/chat/completions", (start + f'"{field}": ' + "[" * 100_000 + "}").encode())
+        assert status == 400 and body["error"]["param"] == field, body
+    schema: dict = {"type": "integer"}
+    for _ in range(61):  # 62 levels, two under the response format's own
+        schema = {"type": "array", "items": schema}
+    out = client.chat.completions.create(model="generator", messages=FRANCE, max_tokens=4, response_format={
+        "type": "json_schema", "json_schema": {"name": "nested", "schema": schema}})
+    assert out.choices[0].message.content.lstrip().startswith("[")
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema["items"]}}  # 61: three under tools
+    out = client.chat.completions.create(model="generator", messages=FRANCE, max_tokens=4, tools=[tool],
+                                         tool_choice="required")
+    assert out.choices[0].finish_reason in ("length", "tool_calls")
+
+
 def test_client_disconnect_cancels_the_generation(client, triton, api):
     before = len(cancellations(triton))
     stream = client.completions.create(model="generator", prompt=STORY, max_tokens=2000, stream=True,

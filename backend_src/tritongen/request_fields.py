@@ -28,6 +28,9 @@ class RequestField:
     openai: Optional[Mapping[str, float]] = None
     tensor: bool = True  # an input of config.pbtxt (else a sampling_parameters key only)
     parameter: bool = True  # also read as a request parameter
+    # JSON text (for guided_decoding_guide, a json_schema guide's): its nesting is bounded (json_depth) before it is
+    # parsed; the tests send every such row nested past the bound.
+    json: bool = False
     names: tuple[str, ...] = field(init=False)  # name, then the aliases
 
     def __post_init__(self) -> None:
@@ -58,15 +61,15 @@ FIELDS = (
     RequestField("top_logprobs", "INT32", "top_logprobs", ("logprobs",), vllm="logprobs",
                  wire_range=(0, MAX_TOP_LOGPROBS)),
     RequestField("num_draft_tokens", "INT32", "num_speculative_tokens", wire_range=(1, MAX_DRAFT_TOKENS)),
-    RequestField("speculative", "STRING", "speculative_mode"),
+    RequestField("speculative", "STRING", "speculative_mode", json=True),
     # The prompt (exactly one of the three), the stops and the vLLM-style JSON: tensors only.
     RequestField("text_input", "STRING", parameter=False),
     RequestField("input_ids", "INT64", parameter=False),
-    RequestField("messages", "STRING", parameter=False),
+    RequestField("messages", "STRING", parameter=False, json=True),
     RequestField("stop_words", "STRING", parameter=False),
-    RequestField("sampling_parameters", "STRING", parameter=False),
-    RequestField("tools", "STRING"),
-    RequestField("chat_template_kwargs", "STRING"),
+    RequestField("sampling_parameters", "STRING", parameter=False, json=True),
+    RequestField("tools", "STRING", json=True),
+    RequestField("chat_template_kwargs", "STRING", json=True),
     RequestField("stream", "BOOL"),
     RequestField("stream_interval", "INT32"),
     RequestField("exclude_input_in_output", "BOOL"),
@@ -75,7 +78,7 @@ FIELDS = (
     RequestField("session_id", "STRING"),
     RequestField("end_session", "BOOL"),
     RequestField("guided_decoding_guide_type", "STRING"),
-    RequestField("guided_decoding_guide", "STRING"),
+    RequestField("guided_decoding_guide", "STRING", json=True),
     # The vLLM backend's flags: each asks for one output beside text_output.
     RequestField("return_finish_reason", "BOOL"),
     RequestField("return_cumulative_logprob", "BOOL"),

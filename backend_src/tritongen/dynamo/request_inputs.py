@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..json_depth import MAX_JSON_DEPTH, too_deep, value_deeper_than
 from ..request_fields import FIELDS, INT32_MAX
 
 # Dynamo's sampling options are vLLM's: one named as a request field's vLLM name goes to that field's input.
 _BY_VLLM_NAME = {row.vllm: row.name for row in FIELDS if row.vllm and row.tensor}
 # Guided decoding keys the generator's sampling_parameters.guided_decoding reads (vLLM's names).
 _GUIDES = ("json", "regex", "choice", "grammar")
+_GUIDE_DEPTH = MAX_JSON_DEPTH - 1  # it becomes sampling_parameters.guided_decoding, one level down
 
 
 def generator_inputs(request: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +64,8 @@ def _sampling_parameters(sampling: dict[str, Any], stop: dict[str, Any]) -> dict
     if unsupported:
         raise ValueError(f"guided_decoding.{unsupported[0]} is not supported")
     guide = {key: guided[key] for key in _GUIDES if guided.get(key) is not None}
+    if value_deeper_than(guide, _GUIDE_DEPTH):  # before json.dumps, which recurses per level
+        raise too_deep("guided_decoding", _GUIDE_DEPTH)
     if guide:
         extra["guided_decoding"] = guide
     return extra

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from .body_depth import DepthBoundedRoute
 from .chat import chat_completions
 from .completions import completions
 from .disconnect import ClientDisconnected
@@ -45,8 +46,8 @@ def create_app(triton_url: str = "localhost:8001", model: str = "generator", api
     """An app whose Triton client is opened in the serving event loop (grpc.aio binds to its loop).
 
     With `api_key`, every /v1 route needs `Authorization: Bearer <key>`. A body over `max_body_bytes` is
-    refused as it arrives (413); a completion asking for more than `max_generations` generator requests
-    (prompts x n) is refused before any starts.
+    refused as it arrives (413), one nested too deep before it is parsed (400); a completion asking for more
+    than `max_generations` generator requests (prompts x n) is refused before any starts.
     """
     created = int(time.time())
 
@@ -59,6 +60,7 @@ def create_app(triton_url: str = "localhost:8001", model: str = "generator", api
             await app.state.client.close()
 
     app = FastAPI(title="tritongen OpenAI-compatible API", lifespan=lifespan)
+    app.router.route_class = DepthBoundedRoute  # the routes below: each body's nesting bounded before parsing
     app.add_middleware(Guard, api_key=api_key, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(OpenAIError)

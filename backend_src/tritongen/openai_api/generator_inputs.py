@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..json_depth import MAX_JSON_DEPTH, deeper_than, too_deep
 from . import tool_calls
 from .errors import invalid
 from .schemas import (
@@ -96,11 +97,13 @@ def _message(message: ChatMessage, index: int) -> dict[str, Any]:
     if message.tool_calls:
         calls = []
         for call in message.tool_calls:
+            field = f"messages[{index}].tool_calls"
+            if deeper_than(call.function.arguments, MAX_JSON_DEPTH) is not None:
+                raise invalid(str(too_deep(field, MAX_JSON_DEPTH)), field)
             try:
                 arguments = json.loads(call.function.arguments)
             except ValueError:
-                raise invalid(f"messages[{index}].tool_calls: arguments are not JSON",
-                              f"messages[{index}].tool_calls") from None
+                raise invalid(f"{field}: arguments are not JSON", field) from None
             calls.append({"id": call.id, "type": "function",
                           "function": {"name": call.function.name, "arguments": arguments}})
         out["tool_calls"] = calls

@@ -26,6 +26,7 @@ from ..engine.options import (
     Priority,
 )
 from ..engine.sampling import MIN_TEMPERATURE
+from ..json_depth import check_json_depth
 from ..request_fields import BY_NAME, FIELDS, MAX_DRAFT_TOKENS
 from ..speculative.modes import SpeculativeMode
 from .request_limits import RequestError, RequestLimits, check_bytes, check_count, check_text, load_json
@@ -414,6 +415,8 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict,
                                f"ebnf_grammar, got {kind!r}")
         if kind != "json" and not guide:
             raise RequestError(f"guided_decoding_guide is required for guided_decoding_guide_type {kind}")
+        if kind == "json_schema" and guide:  # a JSON schema: parsed (by the engine, then llguidance) as JSON
+            check_json_depth("guided_decoding_guide", guide, limits.max_json_depth, "max_json_depth")
         if kind in ("lark", "ebnf_grammar"):  # TensorRT-LLM's ebnf_grammar is GBNF; Lark passes unchanged
             assert guide is not None  # required just above for every kind but json
             return GenerateConstraint("lark", _lark("guided_decoding_guide", guide)), "guided_decoding_guide"
@@ -433,8 +436,9 @@ def _constraint(tensors: dict, sampling: dict, parameters: dict,
     key = given[0]
     value = guided[key]
     field = f"sampling_parameters.{source}.{key}"
-    if key == "json" and not isinstance(value, str):
-        value = json.dumps(value)
+    if key == "json":
+        value = value if isinstance(value, str) else json.dumps(value)
+        check_json_depth(field, value, limits.max_json_depth, "max_json_depth")
     size = len(value.encode("utf-8")) if isinstance(value, str) else len(json.dumps(value))
     check_bytes(field, size, limits.max_guide_bytes, "max_guide_bytes")
     try:

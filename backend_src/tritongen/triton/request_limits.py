@@ -10,8 +10,9 @@ or the server's memory.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, fields
+
+from ..json_depth import MAX_JSON_DEPTH, check_json_depth
 
 
 class RequestError(ValueError):
@@ -28,7 +29,7 @@ class RequestLimits:
     max_session_id_bytes: int = 256
     max_guide_bytes: int = 1 << 17  # a schema, regex or grammar, before llguidance compiles it
     max_json_bytes: int = 1 << 20  # sampling_parameters, speculative, request parameters
-    max_json_depth: int = 64
+    max_json_depth: int = MAX_JSON_DEPTH  # every JSON input, and a JSON schema guide, before parsing
     max_integer_digits: int = 20  # every unsigned 64-bit value fits
     max_lookup_ngram: int = 16  # prompt lookup scans the context for this many trailing tokens per step
     max_logit_bias: int = 300  # logit_bias entries (OpenAI's limit)
@@ -53,26 +54,11 @@ def check_count(name: str, count: int, limit: int, setting: str, what: str = "en
         raise RequestError(f"{name} has {count} {what}, over the limit of {limit} (generator setting {setting})")
 
 
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_BRACKETS = re.compile(r"[\[\]{}]")
-
-
-def _depth(text: str) -> int:
-    """How deep arrays and objects nest, counted without parsing (strings removed first)."""
-    depth = deepest = 0
-    for bracket in _BRACKETS.findall(_STRING.sub("", text)):
-        depth += 1 if bracket in "[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
-
-
 def load_json(name: str, text: str, limits: RequestLimits):
-    """Parse client JSON within the limits; every failure is a RequestError naming `name`."""
+    """Parse client JSON within the limits; every failure names `name` (a RequestError, or InvalidOption for the
+    nesting, which json_depth bounds at every door)."""
     check_bytes(name, len(text), limits.max_json_bytes, "max_json_bytes")
-    depth = _depth(text)
-    if depth > limits.max_json_depth:
-        raise RequestError(f"{name} nests {depth} levels deep, over the limit of {limits.max_json_depth} "
-                           "(generator setting max_json_depth)")
+    check_json_depth(name, text, limits.max_json_depth, "max_json_depth")
 
     def integer(digits: str) -> int:
         if len(digits.lstrip("-")) > limits.max_integer_digits:
