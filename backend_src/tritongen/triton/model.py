@@ -9,6 +9,7 @@ flag.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import threading
@@ -224,6 +225,15 @@ class TritonPythonModel:
         self._flush_step()  # the responses of requests the closing engine ended
         self.sending.close()
         self.observing.close()
+        self._release()
+
+    def _release(self) -> None:
+        """Free every pb_utils object this model holds (metrics, response senders) now, while the stub can take
+        them back. Python backend 24.10's stub clears its instance before its own teardown; a Metric or sender
+        freed after that (one held in a reference cycle, collected at interpreter exit) builds a stub with no
+        shared memory and crashes it (SIGSEGV) at every stop."""
+        vars(self).clear()
+        gc.collect()
 
 
 def _crash_engine_thread(plan, output) -> None:
