@@ -34,6 +34,7 @@ class GeneratorSettings:
     limits: RequestLimits = RequestLimits()
     allow_high_priority: bool = False  # clients may ask for `high` (off: it is an error naming priority)
     vllm_metric_aliases: bool = True  # also export the router-facing gauges under vLLM's `vllm:` names
+    shutdown_grace_seconds: float = 2.0  # after SIGTERM, open streams go on this long, then end with an error
 
 
 def _scalar_fields(config: type) -> dict[str, type]:
@@ -51,7 +52,8 @@ _INT_KEYS = (*(key for key, kind in {**_ENGINE_KEYS, **_SCHEDULER_KEYS}.items() 
              "default_max_tokens", "kv_connector_chunk_size", "kv_connector_cpu_bytes", "kv_connector_disk_bytes",
              "stream_interval", "kv_connector_redis_ttl_seconds", "kv_connector_redis_max_bytes",
              "kv_connector_redis_timeout_ms", "kv_events_buffer_steps", *RequestLimits.settings())
-_FLOAT_KEYS = tuple(key for key, kind in {**_ENGINE_KEYS, **_SCHEDULER_KEYS}.items() if kind is float)
+_FLOAT_KEYS = (*(key for key, kind in {**_ENGINE_KEYS, **_SCHEDULER_KEYS}.items() if kind is float),
+               "shutdown_grace_seconds")
 _BOOL_KEYS = (*(key for key, kind in _ENGINE_KEYS.items() if kind is bool), "allow_high_priority",
               "vllm_metric_aliases")
 _STR_KEYS = tuple(key for key, kind in _ENGINE_KEYS.items() if kind is str)
@@ -72,6 +74,9 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
     stream_interval = ints.get("stream_interval", 1)
     if stream_interval < 1:
         raise ValueError(f"generator parameter stream_interval must be at least 1, got {stream_interval}")
+    grace = floats.get("shutdown_grace_seconds", GeneratorSettings.shutdown_grace_seconds)
+    if not 0 <= grace < 3600:
+        raise ValueError(f"generator parameter shutdown_grace_seconds must be 0 to 3600, got {grace}")
     # A field's parameter left out or empty keeps the field's default.
     given: dict = {**ints, **floats, **bools, **{key: params[key].strip() for key in _STR_KEYS
                                                  if params.get(key, "").strip()}}
@@ -99,6 +104,7 @@ def parse_settings(params: dict[str, str], repository: Path) -> GeneratorSetting
         limits=limits,
         allow_high_priority=bools.get("allow_high_priority", False),
         vllm_metric_aliases=bools.get("vllm_metric_aliases", True),
+        shutdown_grace_seconds=grace,
     )
 
 

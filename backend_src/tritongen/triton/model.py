@@ -29,6 +29,7 @@ from .metrics import GeneratorMetrics
 from .request_inputs import ParsedRequest, RequestError, named_error, parse_request
 from .request_limits import load_json
 from .responder import FINAL, RequestResponder, error_response
+from .stop_watch import StopWatch
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # where this tritongen was imported from, for the load log
 
@@ -52,6 +53,7 @@ class TritonPythonModel:
         self.defaults = settings.defaults
         self.allow_high_priority = settings.allow_high_priority
         self.stream_interval = settings.stream_interval
+        self.shutdown_grace = settings.shutdown_grace_seconds
         self.input_names = [i["name"] for i in self.model_config["input"]]
         self.output_names = {o["name"] for o in self.model_config["output"]}
         self.logger = pb_utils.Logger
@@ -82,6 +84,8 @@ class TritonPythonModel:
                              f"({self.engine.files.layout} layout, "
                              f"{type(self.engine.decoder).__name__}), {self.engine.kv_line}, "
                              f"{self.engine.memory_line}; warm-up produced {len(warm.token_ids)} tokens")
+        self.grace_timer: threading.Timer | None = None  # started when the server begins to stop
+        self.stop_watch = StopWatch(partial(pb_utils.is_model_ready, self.model_name), self._server_stopping)
 
     def execute(self, requests):
         for request in requests:
@@ -208,6 +212,23 @@ class TritonPythonModel:
                 self.sending.put(partial(stream.abort, message))
         self._unload()
 
+    def _server_stopping(self) -> None:
+        """tritonserver got SIGTERM: refuse new requests; open streams go on for shutdown_grace_seconds, then
+        end with an error, so each client has its final response before Triton's exit timeout closes it."""
+        message = "the server is stopping"
+        pb_utils.Logger.log_info(f"{message}: open streams get {self.shutdown_grace:g}s to finish")
+        with self._streams_lock:
+            self.broken = self.broken or message
+        self.grace_timer = threading.Timer(self.shutdown_grace, self._end_streams, (message,))
+        self.grace_timer.daemon = True
+        self.grace_timer.start()
+
+    def _end_streams(self, message: str) -> None:
+        with self._streams_lock:
+            streams = list(self._streams)
+        for stream in streams:
+            self.sending.put(partial(stream.abort, message))
+
     def _unload(self) -> None:
         """Triton 2.51's python backend has no readiness hook: unloading itself through the model control API
         is how a model says it cannot serve."""
@@ -221,6 +242,9 @@ class TritonPythonModel:
         threading.Thread(target=unload, name="tritongen-unload", daemon=True).start()
 
     def finalize(self) -> None:
+        self.stop_watch.close()
+        if self.grace_timer is not None:
+            self.grace_timer.cancel()
         self.engine.close()
         self._flush_step()  # the responses of requests the closing engine ended
         self.sending.close()

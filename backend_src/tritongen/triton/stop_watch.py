@@ -1,0 +1,39 @@
+"""Notices that tritonserver is stopping, so the generator can end its open streams while clients still listen.
+
+Triton 2.51 on SIGTERM keeps the model loaded while requests are in flight and, at its exit timeout, closes
+every connection: a stream the model does not end itself gets no final response. The stub is not told (it
+ignores SIGTERM), but from the signal on the server reports no model ready, which is what is polled here.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+
+class StopWatch:
+    """Calls `on_stop` once, on a thread of its own, when `ready()` answers False or raises after it has
+    answered True (before, the model is still loading)."""
+
+    def __init__(self, ready: Callable[[], bool], on_stop: Callable[[], None], interval: float = 0.2):
+        self._ready, self._on_stop, self._interval = ready, on_stop, interval
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tritongen-stop-watch", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        seen_ready = False
+        while not self._closed.wait(self._interval):
+            try:
+                ready = self._ready()
+            except Exception:  # noqa: BLE001 - "server not ready" comes as an exception too
+                ready = False
+            if ready:
+                seen_ready = True
+            elif seen_ready:
+                self._on_stop()
+                return
