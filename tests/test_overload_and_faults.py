@@ -7,9 +7,12 @@ pool and a queue of 2):
   - a client cancelled while still queued frees its queue place;
   - a missing or corrupt model file fails the load with the reason in the log;
   - clients that stop reading (gRPC and SSE) do not slow the other streams;
-  - SIGTERM with 16 streams in flight ends every stream with a final response
-    (its tokens within the grace period, else "the server is stopping"),
-    leaves no process and no half-written disk-tier file.
+  - SIGTERM with HTTP clients connected ends every stream with a final
+    response or an error, never a hang;
+  - SIGTERM with 16 gRPC streams (a server of its own with 16 slots and a
+    disk tier) ends every stream with a final response (its tokens within
+    the grace period, else "the server is stopping"), leaves no process and
+    no half-written disk-tier file.
 In-process (no server): an exception in one request's logits processor,
 constraint matcher, proposer or verification call fails that request alone;
 the rest of its batch finishes with the output it gets alone.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import socket
 import threading
 import time
@@ -289,6 +293,72 @@ def test_clients_that_stop_reading_do_not_stall_the_others(server):
         assert chunk, "SSE stream ended without its final event"
         data += chunk
     slow_sse.close()
+
+
+def test_sigterm_with_requests_in_flight_ends_every_stream(server):
+    """What Triton 2.51 does on SIGTERM: it waits --exit-timeout-secs (2 here) for HTTP connections, then
+    for in-flight inferences, then gives up ("Exit timeout expired. Exiting immediately.") and closes every
+    connection; the server reports the generator ready until that wait ends, so the generator cannot know
+    to answer them.
+    A request that finishes inside the window gets its final response; the others see the connection
+    close: an error, never a hang."""
+    streams = []
+    for _ in range(2):  # 6 pages each; with the SSE stream and the short request below, 17 of the 20 pages
+        streams.append(long_stream(server, max_tokens=90))
+        assert streams[-1].next()[1] is None
+    outcomes: dict = {}
+
+    def http_client(name, body, path, started):
+        sock = sse_socket(server, body, path)
+        sock.settimeout(90)
+        data = b""
+        try:
+            while chunk := sock.recv(1 << 16):
+                data += chunk
+                started.set()
+        except OSError as exc:
+            data += f"<{exc!r}>".encode()
+        started.set()
+        outcomes[name] = data.decode(errors="replace")
+
+    sse_started, queued_started = threading.Event(), threading.Event()
+    clients = [
+        threading.Thread(target=http_client, args=("http_sse", {"text_input": "Hi there", "max_tokens": 90,
+                                                                "ignore_eos": True, "stream": True},
+                                                   "/v2/models/generator/generate_stream", sse_started)),
+        threading.Thread(target=http_client, args=("http_generate_queued", {"text_input": "Hi there", "max_tokens": 90,
+                                                                            "ignore_eos": True},
+                                                   "/v2/models/generator/generate", queued_started)),
+    ]
+    clients[0].start()
+    assert sse_started.wait(60)
+    short = long_stream(server, max_tokens=6)  # the fourth slot: done well inside the exit timeout
+    assert short.next()[1] is None
+    clients[1].start()  # no slot left: it waits in the queue
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    rc = stop_server(server, timeout=15)  # exit timeout 2s; 2.51 sometimes hangs there instead of crashing
+    stop_time = time.monotonic() - t0
+    ends = {}
+    for name, s in [("grpc_long_1", streams[0]), ("grpc_long_2", streams[1]), ("grpc_short", short)]:
+        got, error = s.drain(timeout=60)
+        ends[name] = f"error: {error}" if error else f"final: {got[-1].as_numpy('finish_reason')[0].decode()}"
+        s.close(cancel=False)
+    for t in clients:
+        t.join(timeout=90)
+    for name, out in outcomes.items():
+        finals = [ln for ln in out.splitlines() if '"finish_reason":"' in ln and '"finish_reason":""' not in ln]
+        reason = re.search(r'"finish_reason":"([^"]+)"', finals[-1]).group(1) if finals else None
+        ends[name] = f"final: {reason}" if finals else (
+            f"connection closed after {out.count('data:')} events" + (f", {out[:12]}" if out else ""))
+    print(f"\nSIGTERM: tritonserver exited with {rc} after {stop_time:.1f}s"
+          f"{' (its stub outlived it and was killed)' if server.orphaned_stub else ''}; {ends}")
+    assert not any(t.is_alive() for t in clients), "an HTTP client hung"
+    assert len(ends) == 5
+    assert ends["grpc_short"] == "final: max_tokens"
+    for name, end in ends.items():
+        assert end.startswith("final: ") or end.startswith("error: ") or end.startswith("connection closed"), end
+
 
 
 def test_sigterm_with_16_streams_ends_every_stream(tmp_path):

@@ -27,8 +27,8 @@ def test_not_ready_after_ready_is_the_stop():
     watcher.close()
 
 
-def test_server_not_ready_raised_is_the_stop_too():
-    watcher, stopped, _ = watch([True, RuntimeError("Server not ready")])
+def test_server_not_ready_raised_is_the_stop_even_before_ready():
+    watcher, stopped, _ = watch([False, RuntimeError("Server not ready")])
     assert stopped.wait(5)
     watcher.close()
 

@@ -170,9 +170,11 @@ class RequestResponder:
         return due
 
     def check_cancelled(self) -> None:
-        """Send thread: whether the client left; if so the engine cancels the request (at its next step)."""
+        """Send thread: whether the client left; if so the engine cancels the request (at its next step).
+        Never after the final response (an abort's): Triton has freed the sender's factory, and asking
+        crashes tritonserver."""
         self.check_queued = False
-        if not self.cancelled and self.sender.is_cancelled():
+        if not self.cancelled and not self.closed and self.sender.is_cancelled():
             self.cancelled = True
             if self.handle is not None:
                 self.handle.cancel()

@@ -2,7 +2,8 @@
 
 Triton 2.51 on SIGTERM keeps the model loaded while requests are in flight and, at its exit timeout, closes
 every connection: a stream the model does not end itself gets no final response. The stub is not told (it
-ignores SIGTERM), but from the signal on the server reports no model ready, which is what is polled here.
+ignores SIGTERM), but from the signal on, asking whether the model is ready raises "Server not ready", which
+is what is polled here. While the model loads the answer is False; after it served, False means an unload.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Callable
 
 
 class StopWatch:
-    """Calls `on_stop` once, on a thread of its own, when `ready()` answers False or raises after it has
+    """Calls `on_stop` once, on a thread of its own, when `ready()` raises, or answers False after it has
     answered True (before, the model is still loading)."""
 
     def __init__(self, ready: Callable[[], bool], on_stop: Callable[[], None], interval: float = 0.2):
@@ -30,8 +31,9 @@ class StopWatch:
         while not self._closed.wait(self._interval):
             try:
                 ready = self._ready()
-            except Exception:  # noqa: BLE001 - "server not ready" comes as an exception too
-                ready = False
+            except Exception:  # noqa: BLE001 - "Server not ready": the server is stopping
+                self._on_stop()
+                return
             if ready:
                 seen_ready = True
             elif seen_ready:
