@@ -18,7 +18,7 @@ def watch(answers: list) -> tuple[StopWatch, threading.Event, list]:
             raise answer
         return answer
 
-    return StopWatch(ready, stopped.set, interval=0.01), stopped, asked
+    return StopWatch(ready, stopped.set, lambda: True, interval=0.01), stopped, asked
 
 
 def test_not_ready_after_ready_is_the_stop():
@@ -30,6 +30,13 @@ def test_not_ready_after_ready_is_the_stop():
 def test_server_not_ready_raised_is_the_stop_even_before_ready():
     watcher, stopped, _ = watch([False, RuntimeError("Server not ready")])
     assert stopped.wait(5)
+    watcher.close()
+
+
+def test_idle_is_never_asked():
+    stopped, asked = threading.Event(), []
+    watcher = StopWatch(lambda: asked.append(1) or False, stopped.set, lambda: False, interval=0.01)
+    assert not stopped.wait(0.1) and not asked
     watcher.close()
 
 

@@ -9,6 +9,7 @@ import queue
 import re
 import shutil
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -219,6 +220,23 @@ def stub_pid(server) -> int:
         if f"PPid:\t{server.process.pid}\n" in status and b"triton_python_backend_stub" in cmdline:
             return int(entry.name)
     raise AssertionError("no triton_python_backend_stub child of the server")
+
+
+def kernel_log() -> str | None:
+    """dmesg's text, or None where this machine does not let us read it."""
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 and done.stdout else None
+
+
+def stub_crashes(pid: int) -> list[str] | None:
+    """The kernel's segfault lines for the stub `pid` (its exit status is tritonserver's alone to read), or None
+    where dmesg is not readable. The line is written as the stub dies: give it a moment after the stop."""
+    time.sleep(0.5)
+    log = kernel_log()
+    return None if log is None else [line for line in log.splitlines() if f"triton_python_b[{pid}]" in line]
 
 
 def rss_kib(pid: int) -> int:

@@ -85,7 +85,8 @@ class TritonPythonModel:
                              f"{type(self.engine.decoder).__name__}), {self.engine.kv_line}, "
                              f"{self.engine.memory_line}; warm-up produced {len(warm.token_ids)} tokens")
         self.grace_timer: threading.Timer | None = None  # started when the server begins to stop
-        self.stop_watch = StopWatch(partial(pb_utils.is_model_ready, self.model_name), self._server_stopping)
+        self.stop_watch = StopWatch(partial(pb_utils.is_model_ready, self.model_name), self._server_stopping,
+                                    lambda: bool(self._streams))
 
     def execute(self, requests):
         for request in requests:
