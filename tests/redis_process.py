@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 
@@ -64,3 +65,18 @@ class RedisProcess:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One redis-server per test module, stopped by its PID at the end."""
+    process = RedisProcess(tmp_path_factory.mktemp("redis"))
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def redis_url(server):
+    """The module's server, emptied for each test."""
+    server.client.flushall()
+    return server.url

@@ -14,25 +14,15 @@ from tritongen.engine.engine import Engine
 from tritongen.engine.options import EngineConfig, GenerateOptions, GenerateRequest
 from tritongen.kv.connector_config import KvConnectorConfig, RedisTierConfig
 
+import redis_process
 from redis_process import RedisProcess, free_port
+
+server, redis_url = redis_process.server, redis_process.redis_url  # the shared redis-server fixtures
 
 PAGE = 16
 # Fixed as a real model's cost (SmolLM2 measures ~0.8 ms per token on 2 cores): the tiny model prefills about as
 # fast as Redis answers, which would make the fetch-or-recompute choice depend on machine load.
 REAL_MODEL_RECOMPUTE_MS = 1.0
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    process = RedisProcess(tmp_path_factory.mktemp("redis"))
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def redis_url(server):
-    server.client.flushall()
-    return server.url
 
 
 def prompt(seed: int, n: int) -> list[int]:

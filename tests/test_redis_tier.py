@@ -17,22 +17,12 @@ from tritongen.kv.redis_record import unpack_record
 from tritongen.kv.redis_tier import RedisTierConnector
 from tritongen.triton.generator_settings import parse_settings
 
+import redis_process
 from redis_process import RedisProcess, free_port
 
+server, redis_url = redis_process.server, redis_process.redis_url  # the shared redis-server fixtures
+
 SHAPE = (2, 2, 3, 16, 8)  # layers, k/v, kv heads, tokens, head dim: one page
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    process = RedisProcess(tmp_path_factory.mktemp("redis"))
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def redis_url(server):
-    server.client.flushall()
-    return server.url
 
 
 def keys(n: int = 2, model: str = "m@w"):
